@@ -1,0 +1,1 @@
+"""Hardware runners: build, verify and time candidates."""

@@ -1,0 +1,130 @@
+"""The runner protocol and the Evaluation it returns.
+
+A runner builds, verifies and times one candidate source against a target, and never sees the
+workspace. `get_runner(name)` is how the rest of eat finds one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from eat.errors import BadInput
+from eat.target import EvalConfig, Target, geomean
+
+Status = Literal["ok", "compile_error", "incorrect", "timeout", "crash", "rejected"]
+STATUSES: tuple[str, ...] = Status.__args__
+
+
+class Stat(BaseModel):
+    """Latency of one implementation on one workload."""
+
+    median_s: float = Field(description="Median of the timed calls, in seconds.")
+    iqr_s: float = Field(description="Interquartile range of the timed calls, in seconds.")
+    n: int = Field(description="Number of timed calls.")
+
+
+class WorkloadResult(BaseModel):
+    """Timings on one workload, the candidate's throughput, and how it compares."""
+
+    params: dict[str, int | float]
+    candidate: Stat
+    baseline: Stat | None = None
+    vendor: Stat | None = None
+    speedup: float | None = Field(None, description="baseline median / candidate median.")
+    gflops: float | None = Field(None, description="Candidate GFLOP/s, where the target has flops.")
+    gbps: float | None = Field(None, description="Candidate GB/s, where the target has bytes.")
+    peak_fraction: float | None = Field(
+        None, description="Candidate throughput / this machine's measured peak (eat doctor).")
+    vendor_gflops: float | None = None
+    vendor_gbps: float | None = None
+
+
+class Evaluation(BaseModel):
+    """The verdict on one candidate (the evaluation contract in DESIGN)."""
+
+    status: Status
+    speedup: float | None = Field(
+        None, description="Geometric mean over workloads of baseline / candidate latency.")
+    message: str = Field("", description="One line: why this status.")
+    target: str = ""
+    runner: str = ""
+    device: str = ""
+    vendor: str | None = Field(None, description="Name of the vendor library timed alongside.")
+    vendor_speedup: float | None = Field(
+        None, description="Geometric mean of baseline / vendor latency.")
+    vs_vendor: float | None = Field(
+        None, description="Geometric mean of vendor / candidate latency (>1: faster than it).")
+    workloads: list[WorkloadResult] = []
+    detail: dict = Field({}, description="Status-specific facts, e.g. the first mismatch.")
+    compile_log: str = ""
+    stderr: str = Field("", description="What the candidate printed, truncated.")
+    durations: dict[str, float] = Field({}, description="Seconds spent per phase.")
+    source_hash: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class Peaks(BaseModel):
+    """What `eat doctor` measured on one core of this machine."""
+
+    gflops: float | None = None
+    gbps: float | None = None
+
+
+def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
+    """Per-workload results and the geometric means, from the harness's raw statistics."""
+    rows = []
+    for params, t in zip(target.workloads, timed):
+        cand = Stat(**t["candidate"])
+        base = Stat(**t["baseline"]) if "baseline" in t else None
+        vend = Stat(**t["vendor"]) if "vendor" in t else None
+        row = WorkloadResult(params=params, candidate=cand, baseline=base, vendor=vend)
+        if base:
+            row.speedup = base.median_s / cand.median_s
+        flops, nbytes = target.metric("flops", params), target.metric("bytes", params)
+        if flops:
+            row.gflops = flops / cand.median_s / 1e9
+            row.vendor_gflops = vend and flops / vend.median_s / 1e9
+        if nbytes:
+            row.gbps = nbytes / cand.median_s / 1e9
+            row.vendor_gbps = vend and nbytes / vend.median_s / 1e9
+        if peaks:
+            fractions = [v / p for v, p in ((row.gflops, peaks.gflops), (row.gbps, peaks.gbps))
+                         if v and p]
+            row.peak_fraction = max(fractions) if fractions else None
+        rows.append(row)
+    out: dict = {"workloads": rows}
+    if all(r.baseline for r in rows):
+        out["speedup"] = geomean([r.speedup for r in rows])
+    if all(r.vendor for r in rows):
+        out["vs_vendor"] = geomean([r.vendor.median_s / r.candidate.median_s for r in rows])
+        if all(r.baseline for r in rows):
+            out["vendor_speedup"] = geomean([r.baseline.median_s / r.vendor.median_s
+                                             for r in rows])
+    return out
+
+
+class Runner(Protocol):
+    """Builds, verifies and times candidates for one kind of hardware."""
+
+    name: str
+
+    def unavailable(self) -> str | None:
+        """Why this runner cannot run here (one line), or None when it can."""
+
+    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
+                 workdir: Path | None = None) -> Evaluation:
+        """Build, verify and time `source`; any candidate misbehaviour becomes a status."""
+
+
+def get_runner(name: str, **kwargs) -> Runner:
+    """The runner called `name`; raises BadInput for one eat does not have."""
+    if name == "cpu":
+        from eat.runners.cpu import CpuRunner
+        return CpuRunner(**kwargs)
+    raise BadInput(f"runner {name!r} is not available in this version of eat")

@@ -1,0 +1,246 @@
+"""The CPU runner: C candidates built with the system compiler, checked in contained processes.
+
+build (cc -shared) -> verify (fresh process) -> time (fresh process, under the device lock, the
+baseline and vendor timed in the same process, interleaved with the candidate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import eat
+from functools import lru_cache
+from eat.cache import builds_dir, device_lock
+from eat.errors import EatError
+from eat.runners import sandbox
+from eat.runners.base import Evaluation, Peaks, summarize
+from eat.target import EvalConfig, Target, eval_expr
+
+CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
+_FLAG_OK = re.compile(r"-O[0-3sgz]?|-Ofast|-m[a-z0-9][a-z0-9.=_-]*|-f[a-z0-9][a-z0-9.=_-]*"
+                      r"|-D[A-Za-z_]\w*(=[\w.+-]*)?|-U[A-Za-z_]\w*|-std=(c|gnu)\w+|-W[\w=-]*"
+                      r"|-w|-g[0-3]?|-pthread")
+_FLAG_DENY = re.compile(r"-f(plugin|use-ld|profile|dump|record|save|stack-usage|callgraph"
+                        r"|debug-prefix|file-prefix|macro-prefix|auto-profile|sanitize"
+                        r"|instrument|coverage)")
+# Ways for a source file to pull other files of this machine into its build (and so its logs).
+_FILE_READS = re.compile(r'#\s*include\s*["<]\s*(/|[^">]*\.\.)|\.incbin|#\s*embed|__has_embed')
+
+
+class HarnessError(EatError):
+    """The target itself is broken (its reference raised, its baseline does not build)."""
+
+    code = "harness_error"
+
+
+def candidate_cflags(source: str, default: str) -> tuple[list[str], str | None]:
+    """Flags from `// eat:cflags ...` lines (else `default`), and why they are refused, if so."""
+    lines = CFLAGS_LINE.findall(source)
+    flags = " ".join(lines).split() if lines else default.split()
+    for f in flags:
+        if not _FLAG_OK.fullmatch(f) or _FLAG_DENY.match(f):
+            return flags, f"compiler flag {f!r} is not allowed"
+    return flags, None
+
+
+def source_hash(source: str) -> str:
+    """Hash of the source with whitespace runs and blank lines normalized."""
+    norm = "\n".join(" ".join(line.split()) for line in source.splitlines() if line.strip())
+    return hashlib.sha256(norm.encode()).hexdigest()[:16]
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line:
+            return line.strip()[:300]
+    return (log.strip().splitlines() or ["compiler failed"])[0][:300]
+
+
+class CpuRunner:
+    """Runner for C candidates on this machine's CPU (one core, pinned, for timing)."""
+
+    name = "cpu"
+
+    def __init__(self, peaks: Peaks | None = None, cpu: int | None = None,
+                 lock_down: bool = True):
+        self.peaks = peaks
+        allowed = sorted(os.sched_getaffinity(0))
+        self.cpu = allowed[-1] if cpu is None else cpu
+        self.lock_down = lock_down
+
+    def unavailable(self, target: Target | None = None) -> str | None:
+        compiler = target.build.compiler if target else "cc"
+        if not shutil.which(compiler):
+            return f"C compiler {compiler!r} not found on PATH"
+        return None
+
+    @property
+    def device(self) -> str:
+        return f"cpu: {_cpu_model()} (core {self.cpu})"
+
+    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
+                 workdir: Path | None = None) -> Evaluation:
+        cfg = config or target.evaluation
+        ev = dict(target=target.name, runner=self.name, device=self.device,
+                  source_hash=source_hash(source),
+                  vendor=target.vendor.name if target.vendor else None)
+        durations: dict[str, float] = {}
+        flags, refused = candidate_cflags(source, target.build.cflags)
+        if refused:
+            return Evaluation(status="rejected", message=refused, **ev)
+        if _FILE_READS.search(source):
+            return Evaluation(status="rejected", message="the source reads files outside "
+                              "itself (absolute or parent #include, .incbin, #embed)", **ev)
+        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
+            tmp = Path(tmp)
+            src = tmp / "candidate.c"
+            src.write_text(source)
+            t0 = time.monotonic()
+            built = self._compile(target, src, flags, cfg)
+            durations["compile_s"] = time.monotonic() - t0
+            if built.returncode != 0 or built.timed_out:
+                log = built.stderr or built.stdout
+                msg = "compiler timed out" if built.timed_out else _first_error(log)
+                return Evaluation(status="compile_error", message=msg, compile_log=log,
+                                  durations=durations, **ev)
+            compile_log = built.stderr
+            baseline_lib = self._baseline_lib(target, cfg)
+            job = self._job(target, cfg, tmp / "candidate.so")
+            t0 = time.monotonic()
+            res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
+            durations["verify_s"] = time.monotonic() - t0
+            if res["status"] != "ok":
+                return Evaluation(status=res["status"], message=res["message"],
+                                  detail=res.get("detail", {}), compile_log=compile_log,
+                                  stderr=run.stderr, durations=durations, **ev)
+            with device_lock(self.name):
+                t0 = time.monotonic()
+                res, run = self._harness(job | {
+                    "mode": "time", "baseline_lib": str(baseline_lib), "cpu": self.cpu,
+                    "vendor": target.vendor and {
+                        "file": str(target.path(target.vendor.file).resolve()),
+                        "function": target.vendor.function}}, tmp, cfg)
+                durations["time_s"] = time.monotonic() - t0
+            if res["status"] != "ok":
+                return Evaluation(status=res["status"], message=res["message"],
+                                  detail=res.get("detail", {}), compile_log=compile_log,
+                                  stderr=run.stderr, durations=durations, **ev)
+            summary = summarize(target, res["workloads"], self.peaks)
+            return Evaluation(status="ok", message="verified and timed", compile_log=compile_log,
+                              stderr=run.stderr, durations=durations,
+                              detail={"extra_cpu_s": res.get("extra_cpu_s", 0.0)},
+                              **summary, **ev)
+
+    # -- pieces ------------------------------------------------------------------------------
+
+    def _compile(self, target: Target, src: Path, flags: list[str],
+                 cfg: EvalConfig) -> sandbox.Completed:
+        cmd = [target.build.compiler, "-shared", "-fPIC", "-std=gnu11", *flags, "-o",
+               str(src.with_suffix(".so")), str(src), "-lm"]
+        limits = sandbox.Limits(wall_s=cfg.compile_timeout_s, cpu_s=int(cfg.compile_timeout_s),
+                                address_space_bytes=cfg.memory_mb << 20)
+        return sandbox.run(cmd, cwd=src.parent, env=sandbox.clean_env(src.parent), limits=limits)
+
+    def _baseline_lib(self, target: Target, cfg: EvalConfig) -> Path:
+        source = target.baseline_source()
+        flags, refused = candidate_cflags(source, target.build.cflags)
+        if refused:
+            raise HarnessError(f"{target.baseline.file}: {refused}")
+        key = hashlib.sha256("\0".join([source, *flags, target.build.compiler,
+                                        _compiler_version(target.build.compiler)]).encode())
+        lib = builds_dir() / f"{target.name}-baseline-{key.hexdigest()[:16]}.so"
+        if not lib.exists():
+            with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
+                src = Path(tmp) / "candidate.c"
+                src.write_text(source)
+                built = self._compile(target, src, flags, cfg)
+                if built.returncode != 0:
+                    raise HarnessError(f"{target.baseline.file} does not compile: "
+                                       f"{_first_error(built.stderr)}")
+                os.replace(src.with_suffix(".so"), lib)  # atomic: racing builders agree
+        return lib
+
+    def _job(self, target: Target, cfg: EvalConfig, lib: Path) -> dict:
+        workloads = [{"params": w, "shapes": {n: [int(eval_expr(d, w)) for d in dims]
+                                              for n, dims in target.shapes.items()}}
+                     for w in target.workloads]
+        ref = target.reference
+        return {"nonce": secrets.token_hex(16), "entry": target.entry.name,
+                "args": [a.model_dump() for a in target.args], "workloads": workloads,
+                "reference": {"file": str(target.path(ref.file).resolve()),
+                              "function": ref.function, "inputs": ref.inputs},
+                "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
+                "candidate_lib": str(lib), "lock_down": self.lock_down,
+                "flush_bytes": 2 * _llc_bytes()}
+
+    def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
+        pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
+        pythonpath = os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
+        limits = sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
+                                address_space_bytes=cfg.memory_mb << 20,
+                                max_output_chars=64_000)
+        run = sandbox.run([sys.executable, "-m", "eat.runners.harness"], cwd=tmp,
+                          env=sandbox.clean_env(tmp, {"PYTHONPATH": pythonpath}),
+                          limits=limits, stdin=json.dumps(job))
+        run.stderr = sandbox._truncate(run.stderr, 4000)
+        tag = f"EAT-RESULT {job['nonce']} "
+        for line in run.stdout.splitlines():
+            if line.startswith(tag):
+                res = json.loads(line[len(tag):])
+                if res["status"] == "harness_error":
+                    raise HarnessError(f"target {job['entry']}: the harness failed before "
+                                       f"loading the candidate: {res['message'].strip()}")
+                return res, run
+        if run.timed_out:
+            return {"status": "timeout", "message": f"killed after the {cfg.timeout_s:g} s "
+                    f"wall-clock limit ({job['mode']})"}, run
+        if run.signal_name in ("SIGXCPU",):
+            return {"status": "timeout", "message": f"exceeded the {cfg.cpu_s} s CPU-time "
+                    f"limit ({job['mode']})"}, run
+        if run.signal_name:
+            why = f"killed by {run.signal_name}"
+        else:
+            why = f"exited with code {run.returncode}"
+        tail = run.stderr.strip().splitlines()[-1:] or [""]
+        return {"status": "crash", "message": f"{why} during {job['mode']} {tail[0][:200]}"
+                .strip()}, run
+
+
+@lru_cache(maxsize=8)
+def _compiler_version(compiler: str) -> str:
+    try:
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout.split("\n")[0]
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+@lru_cache(maxsize=1)
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def _llc_bytes() -> int:
+    """Size of the largest CPU cache, so a flush buffer can be made larger than it."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * mult)
+    return max(sizes, default=32 << 20)

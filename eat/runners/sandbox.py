@@ -1,0 +1,200 @@
+"""Run untrusted work in a contained subprocess.
+
+Two layers: `run()` starts a fresh process with resource limits, a wall-clock kill of its whole
+process group, a scrubbed environment and captured, truncated output; `lock_down()` is called by
+the harness inside that process just before it loads a candidate, and installs a seccomp filter
+so native code can make threads but cannot fork, exec, signal other processes or reboot the
+machine. The filter matters most when eat runs as root, where RLIMIT_NPROC is not enforced.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import re
+import resource
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Variables a compiler, numpy and the harness need; everything else is dropped.
+_ENV_KEEP = re.compile(r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|PYTHONPATH|OPENBLAS_[A-Z0-9_]+|CC)$")
+_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH|COOKIE|SESSION|PRIVATE", re.I)
+
+
+def clean_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment with only allow-listed variables and nothing that looks like a secret."""
+    env = {k: v for k, v in os.environ.items() if _ENV_KEEP.match(k) and not _SECRETISH.search(k)}
+    env.update(HOME=str(workdir), TMPDIR=str(workdir), OMP_WAIT_POLICY="passive",
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+    env.update(extra or {})
+    return {k: v for k, v in env.items() if not _SECRETISH.search(k)}
+
+
+@dataclass
+class Limits:
+    """Resource limits for one contained process."""
+
+    wall_s: float = 60.0
+    cpu_s: int = 120
+    address_space_bytes: int = 8 << 30
+    file_size_bytes: int = 256 << 20
+    max_output_chars: int = 8000
+    nproc: int = 512
+
+
+@dataclass
+class Completed:
+    """What a contained process did."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    timed_out: bool = False
+    signal_name: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
+
+
+def _preexec(limits: Limits):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes,) * 2)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes,) * 2)
+        # Not enforced for root; lock_down() covers that case.
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc,) * 2)
+
+    return apply
+
+
+def run(cmd: list[str], *, cwd: Path, env: dict[str, str], limits: Limits,
+        stdin: str = "") -> Completed:
+    """Run `cmd` contained: new session, rlimits, wall-clock kill of the group, output capped."""
+    start = time.monotonic()
+    # Output goes to files, not pipes: a candidate that prints gigabytes must not fill our memory.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out,
+                                stderr=err, start_new_session=True,
+                                preexec_fn=_preexec(limits))
+        timed_out = False
+        try:
+            proc.communicate(stdin.encode(), timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+        wall = time.monotonic() - start
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            raw = f.read(limits.max_output_chars * 8 + 1)
+            texts.append(_truncate(raw.decode("utf-8", "replace"), limits.max_output_chars))
+    rc = proc.returncode
+    sig = signal.Signals(-rc).name if rc is not None and rc < 0 else None
+    return Completed(returncode=rc, stdout=texts[0], stderr=texts[1], wall_s=wall,
+                     timed_out=timed_out, signal_name=sig)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --- seccomp -------------------------------------------------------------------------------
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# Syscalls a kernel never needs. Numbers per architecture (see the kernel's syscall tables).
+_DENY = {
+    "x86_64": {"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
+               "tkill": 200, "reboot": 169, "kexec_load": 246, "init_module": 175,
+               "finit_module": 313, "delete_module": 176, "mount": 165, "umount2": 166,
+               "swapon": 167, "swapoff": 168, "process_vm_readv": 310,
+               "process_vm_writev": 311, "pidfd_send_signal": 424, "pidfd_open": 434,
+               "setns": 308, "unshare": 272, "chroot": 161, "pivot_root": 155,
+               "settimeofday": 164, "clock_settime": 227, "adjtimex": 159},
+    "aarch64": {"execve": 221, "execveat": 281, "ptrace": 117, "tkill": 130, "reboot": 142,
+                "kexec_load": 104, "init_module": 105, "finit_module": 273,
+                "delete_module": 106, "mount": 40, "umount2": 39, "process_vm_readv": 270,
+                "process_vm_writev": 271, "pidfd_send_signal": 424, "pidfd_open": 434,
+                "setns": 268, "unshare": 97, "chroot": 51, "pivot_root": 41},
+}
+_CLONE = {"x86_64": 56, "aarch64": 220}
+_CLONE3 = 435
+_SELF_SIGNALS = {"x86_64": {"kill": 62, "tgkill": 234}, "aarch64": {"kill": 129, "tgkill": 131}}
+_CLONE_THREAD = 0x00010000
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_EPERM, _ENOSYS = 1, 38
+# BPF opcodes
+_LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
+
+
+def _bpf_program(arch: str, pid: int) -> bytes:
+    """Seccomp filter: threads yes, processes no, signals to ourselves only."""
+    ins: list[tuple[int, int, int, int]] = []
+
+    def op(code: int, k: int, jt: int = 0, jf: int = 0) -> None:
+        ins.append((code, jt, jf, k))
+
+    allow = lambda: op(_RET_K, _RET_ALLOW)  # noqa: E731
+    deny = lambda err=_EPERM: op(_RET_K, _RET_ERRNO | err)  # noqa: E731
+    op(_LD_W_ABS, 4)                       # seccomp_data.arch
+    op(_JEQ_K, _AUDIT_ARCH[arch], 1, 0)
+    deny()                                 # a foreign ABI (x32, i386) is refused outright
+    op(_LD_W_ABS, 0)                       # seccomp_data.nr
+    for nr in _DENY[arch].values():
+        op(_JEQ_K, nr, 0, 1)
+        deny()
+    # glibc falls back from clone3 to clone when clone3 says ENOSYS, so flags stay checkable.
+    op(_JEQ_K, _CLONE3, 0, 1)
+    deny(_ENOSYS)
+    op(_JEQ_K, _CLONE[arch], 0, 4)
+    op(_LD_W_ABS, 16)                      # args[0] (low word): clone flags
+    op(_JSET_K, _CLONE_THREAD, 0, 1)
+    allow()
+    deny()
+    for nr in _SELF_SIGNALS[arch].values():
+        op(_JEQ_K, nr, 0, 4)
+        op(_LD_W_ABS, 16)                  # args[0]: target pid
+        op(_JEQ_K, pid, 0, 1)
+        allow()
+        deny()
+    allow()
+    return b"".join(struct.pack("HBBI", *i) for i in ins)
+
+
+def lock_down() -> str | None:
+    """Install the seccomp filter in this process; returns why it could not, or None."""
+    arch = platform.machine()
+    if arch not in _AUDIT_ARCH or not hasattr(ctypes, "CDLL"):
+        return f"seccomp filter not available on {arch}"
+    prog = _bpf_program(arch, os.getpid())
+    buf = ctypes.create_string_buffer(prog, len(prog))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(prog) // 8, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        return f"prctl(NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
+    if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0) != 0:
+        return f"seccomp filter refused: errno {ctypes.get_errno()}"
+    return None

@@ -1,0 +1,275 @@
+"""The target contract: a folder with target.toml naming what to optimize and how to judge it.
+
+`load_target(path)` is the only way in; any missing or malformed file or field raises
+TargetError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from eat.errors import TargetError
+
+TARGET_FILE = "target.toml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Entry(_Strict):
+    """The function a candidate must define."""
+
+    name: str = Field(description="Symbol the harness looks up in the candidate.")
+    signature: str = Field(description="Its C prototype; `const T *` is an input, `T *` an output.")
+
+
+class PyFunction(_Strict):
+    """A Python function in a file of the target folder."""
+
+    file: str = Field(description="Path relative to the target folder.")
+    function: str = Field(description="Name of the function in that file.")
+
+
+class Vendor(PyFunction):
+    """The library a user would otherwise call, timed by the same harness for comparison."""
+
+    name: str = Field(description="How reports name it, e.g. 'numpy (OpenBLAS)'.")
+
+
+class Reference(PyFunction):
+    """The trusted implementation outputs are checked against."""
+
+    inputs: str | None = Field(
+        None, description="Optional function in the same file: inputs(rng, **params) -> dict of "
+        "arrays; by default every input is uniform in [-1, 1).")
+
+
+class Baseline(_Strict):
+    """The solution speedups are measured against."""
+
+    file: str = Field(description="Source file, relative to the target folder.")
+
+
+class Tolerance(_Strict):
+    """An output passes where |out - ref| <= atol + rtol * (|ref| + mean|ref|).
+
+    The mean|ref| term keeps the test relative (an all-zero output never passes) without failing
+    entries whose true value is near zero from accumulation-order differences.
+    """
+
+    rtol: float = Field(gt=0, description="Relative tolerance.")
+    atol: float = Field(0.0, ge=0, description="Absolute tolerance, rarely needed.")
+
+
+class Knob(_Strict):
+    """A parameter of the baseline that offline agents may set."""
+
+    values: list[str | int | float] = Field(min_length=1, description="Allowed values.")
+    kind: Literal["define", "cflags"] = Field(
+        "define", description="'define' becomes `#define NAME value`; 'cflags' sets flags.")
+    help: str = Field("", description="What the knob changes, for people and prompts.")
+
+
+class Build(_Strict):
+    """How sources are compiled."""
+
+    compiler: str = Field("cc", description="C compiler for the cpu runner.")
+    cflags: str = Field("-O2", description="Flags when the candidate names none.")
+
+
+class EvalConfig(_Strict):
+    """How hard the harness looks at a candidate; tests shrink it, targets may tune it."""
+
+    seeds: int = Field(3, ge=1, description="Random input sets per workload (verify and timing).")
+    warmup: int = Field(2, ge=0, description="Untimed calls per implementation and workload.")
+    min_repeats: int = Field(7, ge=3, description="Timed calls at least.")
+    max_repeats: int = Field(41, ge=3, description="Timed calls at most.")
+    budget_s: float = Field(1.0, gt=0, description="Stop timing a workload after this much "
+                            "time once min_repeats are in.")
+    flush_cache: bool = Field(False, description="Write a buffer larger than the last-level "
+                              "cache before every timed call.")
+    timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit per contained process.")
+    cpu_s: int = Field(120, ge=1, description="CPU-time limit per contained process.")
+    memory_mb: int = Field(8192, ge=256, description="Address-space limit per process.")
+    compile_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for compiling.")
+
+
+class Arg(BaseModel):
+    """One parameter of the entry point, parsed from its signature."""
+
+    name: str
+    ctype: str
+    pointer: bool
+    const: bool
+
+    @property
+    def role(self) -> Literal["input", "output", "scalar"]:
+        if not self.pointer:
+            return "scalar"
+        return "input" if self.const else "output"
+
+
+C_TYPES = {"float": "float32", "double": "float64", "int": "int32", "int32_t": "int32",
+           "int64_t": "int64", "long": "int64", "size_t": "uint64", "uint8_t": "uint8",
+           "int8_t": "int8", "uint32_t": "uint32", "int16_t": "int16", "uint16_t": "uint16"}
+_PARAM = re.compile(r"^(const\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*(\*\s*(?:restrict\s+|__restrict__\s+)?)?"
+                    r"([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def parse_signature(signature: str, entry: str) -> list[Arg]:
+    """Parse `void name(const float *A, int n, ...)` into Args; raises ValueError."""
+    m = re.fullmatch(r"\s*void\s+([A-Za-z_]\w*)\s*\((.*)\)\s*;?\s*", signature, re.S)
+    if not m:
+        raise ValueError("expected `void NAME(params)`")
+    if m.group(1) != entry:
+        raise ValueError(f"names {m.group(1)!r}, but entry.name is {entry!r}")
+    args = []
+    for raw in filter(None, (p.strip() for p in m.group(2).split(","))):
+        pm = _PARAM.match(" ".join(raw.split()))
+        if not pm or pm.group(2) not in C_TYPES:
+            raise ValueError(f"cannot read parameter {raw!r} (types: {', '.join(C_TYPES)})")
+        args.append(Arg(name=pm.group(4), ctype=pm.group(2), pointer=bool(pm.group(3)),
+                        const=bool(pm.group(1))))
+    return args
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+        ast.Pow: operator.pow, ast.USub: operator.neg}
+
+
+def eval_expr(expr: str | int, params: dict[str, int | float]) -> float:
+    """Evaluate an arithmetic formula over workload parameters (no calls, no attributes)."""
+    if isinstance(expr, (int, float)):
+        return expr
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in params:
+                raise ValueError(f"unknown name {node.id!r} in {expr!r}")
+            return params[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](walk(node.operand))
+        raise ValueError(f"unsupported syntax in {expr!r}")
+
+    try:
+        return walk(ast.parse(expr, mode="eval"))
+    except SyntaxError as e:
+        raise ValueError(f"cannot parse {expr!r}") from e
+
+
+class Target(_Strict):
+    """A target folder's target.toml; `root` is the folder it was loaded from."""
+
+    name: str = Field(description="Short identifier.")
+    description: str = Field("", description="One paragraph for people and prompts.")
+    runner: Literal["cpu", "cuda", "rocm", "mlx"] = Field(description="Hardware runner.")
+    language: str = Field(description="Candidate language, e.g. 'c'.")
+    entry: Entry
+    reference: Reference
+    baseline: Baseline
+    vendor: Vendor | None = None
+    shapes: dict[str, list[str | int]] = Field(
+        description="Shape of every pointer argument, as formulas over workload parameters.")
+    workloads: list[dict[str, int | float]] = Field(
+        min_length=1, description="Parameter sets; every one is verified and timed.")
+    tolerance: Tolerance
+    flops: str | None = Field(None, description="Floating-point operations per call (formula).")
+    bytes: str | None = Field(None, description="Bytes moved per call (formula), for GB/s.")
+    build: Build = Build()
+    knobs: dict[str, Knob] = {}
+    evaluation: EvalConfig = EvalConfig()
+    root: Path = Field(Path("."), exclude=True)
+
+    @property
+    def args(self) -> list[Arg]:
+        return parse_signature(self.entry.signature, self.entry.name)
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def baseline_source(self) -> str:
+        return self.path(self.baseline.file).read_text()
+
+    def metric(self, kind: Literal["flops", "bytes"], params: dict) -> float | None:
+        formula = getattr(self, kind)
+        return None if formula is None else float(eval_expr(formula, params))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Target:
+        try:
+            args = self.args
+        except ValueError as e:
+            raise ValueError(f"entry.signature: {e}") from None
+        for a in args:
+            if a.pointer and a.name not in self.shapes:
+                raise ValueError(f"shapes: no shape for pointer argument {a.name!r}")
+        scalars = {a.name for a in args if not a.pointer}
+        for i, w in enumerate(self.workloads):
+            missing = scalars - set(w)
+            if missing:
+                raise ValueError(f"workloads.{i}: missing {', '.join(sorted(missing))}")
+            for name, dims in self.shapes.items():
+                for d in dims:
+                    try:
+                        eval_expr(d, w)
+                    except ValueError as e:
+                        raise ValueError(f"shapes.{name}: {e}") from None
+            for kind in ("flops", "bytes"):
+                if getattr(self, kind):
+                    try:
+                        self.metric(kind, w)
+                    except ValueError as e:
+                        raise ValueError(f"{kind}: {e}") from None
+        if not any(a.role == "output" for a in args):
+            raise ValueError("entry.signature: no output (a non-const pointer) to check")
+        return self
+
+
+def load_target(path: str | Path) -> Target:
+    """Load and validate a target folder (or its target.toml); raises TargetError."""
+    path = Path(path)
+    root = path.parent if path.name == TARGET_FILE else path
+    file = root / TARGET_FILE
+    if not root.is_dir():
+        raise TargetError(root, None, "no such target folder")
+    if not file.is_file():
+        raise TargetError(file, None, "file not found")
+    try:
+        data = tomllib.loads(file.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TargetError(file, None, f"not valid TOML: {e}") from None
+    try:
+        target = Target.model_validate(data | {"root": root})
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or None
+        msg = err["msg"].removeprefix("Value error, ")
+        if loc is None and ": " in msg:
+            loc, msg = msg.split(": ", 1)
+        raise TargetError(file, loc, msg) from None
+    for field, rel in [("reference.file", target.reference.file),
+                       ("baseline.file", target.baseline.file)] + (
+                          [("vendor.file", target.vendor.file)] if target.vendor else []):
+        if not target.path(rel).is_file():
+            raise TargetError(file, field, f"{rel} not found in {root}")
+    return target
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
