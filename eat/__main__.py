@@ -1,0 +1,3 @@
+from eat.cli import main
+
+main()

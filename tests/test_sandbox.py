@@ -1,0 +1,89 @@
+"""The contained process: environment scrubbing, limits, the seccomp filter, output caps."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import eat
+
+from eat.runners import sandbox
+
+
+def _py(code: str, tmp_path, limits=None, env_extra=None, **kw):
+    env = sandbox.clean_env(tmp_path, env_extra)
+    return sandbox.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                       limits=limits or sandbox.Limits(wall_s=20), **kw)
+
+
+def test_environment_keeps_path_and_drops_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    monkeypatch.setenv("MY_DB_PASSWORD", "hunter2")
+    monkeypatch.setenv("RANDOM_SETTING", "x")
+    env = sandbox.clean_env(tmp_path, {"PYTHONPATH": "p", "GITHUB_TOKEN": "t"})
+    assert "PATH" in env and env["HOME"] == str(tmp_path) and env["PYTHONPATH"] == "p"
+    for name in ("OPENAI_API_KEY", "MY_DB_PASSWORD", "RANDOM_SETTING", "GITHUB_TOKEN"):
+        assert name not in env
+    done = _py("import os; print(sorted(os.environ))", tmp_path)
+    assert "OPENAI_API_KEY" not in done.stdout and "PATH" in done.stdout
+
+
+def test_wall_clock_kill_reaches_the_whole_group(tmp_path):
+    code = ("import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)")
+    start = time.monotonic()
+    done = _py(code, tmp_path, limits=sandbox.Limits(wall_s=1))
+    assert done.timed_out and time.monotonic() - start < 10
+    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep300"]
+    assert leftovers == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b"").decode()
+    except OSError:
+        return ""
+
+
+def test_address_space_limit_stops_huge_allocations(tmp_path):
+    done = _py("b = bytearray(50 << 30)", tmp_path,
+               limits=sandbox.Limits(wall_s=20, address_space_bytes=2 << 30))
+    assert done.returncode != 0 and "MemoryError" in done.stderr
+
+
+def test_output_is_truncated(tmp_path):
+    done = _py("print('x' * 1_000_000)", tmp_path,
+               limits=sandbox.Limits(wall_s=20, max_output_chars=1000))
+    assert done.returncode == 0 and len(done.stdout) < 1200 and "characters cut" in done.stdout
+
+
+def test_no_core_dumps_and_signal_is_named(tmp_path):
+    done = _py("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", tmp_path)
+    assert done.signal_name == "SIGSEGV"
+    assert not any(p.name.startswith("core") for p in tmp_path.iterdir())
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"),
+                    reason="the seccomp filter is defined for x86_64 and aarch64 only")
+def test_lock_down_allows_threads_and_refuses_processes(tmp_path):
+    code = """
+import os, threading, ctypes
+from eat.runners.sandbox import lock_down
+assert lock_down() is None
+box = []
+t = threading.Thread(target=lambda: box.append(1)); t.start(); t.join()
+for what, call in [("fork", os.fork), ("exec", lambda: os.execv("/bin/true", ["true"]))]:
+    try:
+        call(); print(what, "ALLOWED")
+    except OSError as e:
+        print(what, "refused", e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+print("kill-other", libc.kill(1, 0), "kill-self", libc.kill(os.getpid(), 0), "threads", box)
+"""
+    repo = Path(eat.__file__).resolve().parent.parent
+    done = _py(code, tmp_path, env_extra={"PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr
+    assert "fork refused 1" in done.stdout and "exec refused 1" in done.stdout
+    assert "kill-other -1 kill-self 0 threads [1]" in done.stdout
