@@ -102,6 +102,12 @@ class EvalConfig(_Strict):
     memory_mb: int = Field(8192, ge=256, description="Address-space limit per process.")
     compile_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for compiling.")
 
+    @model_validator(mode="after")
+    def _repeats_ordered(self) -> EvalConfig:
+        if self.min_repeats > self.max_repeats:
+            raise ValueError("min_repeats: larger than max_repeats")
+        return self
+
 
 class Arg(BaseModel):
     """One parameter of the entry point, parsed from its signature."""

@@ -1,0 +1,140 @@
+"""How faithful is the CPU runner's timing? Two figures, both from plain CpuRunner.evaluate calls.
+
+(a) Repeatability: one candidate (the target's baseline at `-O3 -march=native`, in ikj order for
+    cpu_matmul) is evaluated --runs times; the coefficient of variation (stdev / mean) of the
+    reported median latency and of the reported speedup across runs says how far apart two
+    evaluations of the *same* code land. Differences between candidates smaller than this are
+    noise to the agents that compare them.
+(b) Proportionality: the same candidate doing its whole computation once and twice (the entry
+    is wrapped in `for (rep = 0; rep < REPS; rep++)` with a compiler barrier between reps) is
+    evaluated alternately, so the latency ratio should be exactly 2; its error bounds how much
+    fixed overhead or bias the harness adds to what it reports.
+
+Run from the repository root:  python bench/timing_fidelity.py [--target DIR] [--runs 10]
+It prints figures and fails only when an evaluation is not "ok".
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from eat.runners.cpu import CpuRunner
+from eat.target import Target, geomean, load_target
+
+ROOT = Path(__file__).resolve().parents[1]
+FLAGS = "-O3 -march=native"
+TUNING = {"LOOP_ORDER": "IKJ"}  # knob values set where the target declares them (cpu_matmul)
+
+
+def tuned(target: Target) -> str:
+    """The baseline source with faster flags and, where declared, the knob values in TUNING."""
+    defines = "".join(f"#define {k} {v}\n" for k, v in TUNING.items()
+                      if k in target.knobs and v in target.knobs[k].values)
+    return f"// eat:cflags {FLAGS}\n{defines}{target.baseline_source()}"
+
+
+def repeated(target: Target, source: str, reps: int) -> str:
+    """`source` with its entry renamed and wrapped so that a call does all its work `reps` times.
+
+    The empty asm with a memory clobber sits between reps, so the compiler can neither merge
+    the calls nor drop the first one's stores.
+    """
+    name, inner = target.entry.name, f"eat_once_{target.entry.name}"
+    call_args = ", ".join(a.name for a in target.args)
+    return (f"#define {name} {inner}\n{source}\n#undef {name}\n\n"
+            f"{target.entry.signature.strip().rstrip(';')}\n{{\n"
+            f"    for (int rep = 0; rep < {reps}; rep++) {{\n"
+            f"        __asm__ volatile(\"\" ::: \"memory\");\n"
+            f"        {inner}({call_args});\n    }}\n}}\n")
+
+
+def cv(values: list[float]) -> float:
+    return statistics.stdev(values) / statistics.mean(values)
+
+
+def latency_ratio(a, b, w: int | None = None) -> float:
+    """Candidate latency of evaluation b / of evaluation a, on workload w or the geomean."""
+    ws = range(len(a.workloads)) if w is None else [w]
+    return geomean([b.workloads[i].candidate.median_s / a.workloads[i].candidate.median_s
+                    for i in ws])
+
+
+def evaluate(runner: CpuRunner, target: Target, source: str, what: str):
+    ev = runner.evaluate(target, source)
+    if ev.status != "ok":
+        sys.exit(f"{what}: status {ev.status}: {ev.message}")
+    return ev
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default=str(ROOT / "examples" / "cpu_matmul"))
+    ap.add_argument("--runs", type=int, default=10, help="evaluations of each candidate")
+    args = ap.parse_args()
+    if args.runs < 2:
+        ap.error("--runs must be at least 2 to measure a spread")
+    target, runner = load_target(args.target), CpuRunner()
+    once, twice = repeated(target, tuned(target), 1), repeated(target, tuned(target), 2)
+    print(f"target {target.name}, {runner.device}, {args.runs} runs of each candidate")
+
+    # Both candidates alternately: the runs of `once` make (a); each run pairs with one of
+    # `twice` for (b), so slow drift of the machine hits both sides of a ratio alike.
+    ones, twos, skip_b = [], [], None
+    for i in range(args.runs):
+        t0 = time.monotonic()
+        ones.append(evaluate(runner, target, once, "candidate"))
+        line = f"run {i + 1:2d}/{args.runs}: speedup {ones[-1].speedup:6.3f}"
+        if skip_b is None:
+            ev = runner.evaluate(target, twice)
+            if ev.status != "ok":
+                skip_b = f"the 2x variant is {ev.status} ({ev.message}); (b) skipped"
+                print(skip_b)
+            else:
+                twos.append(ev)
+                line += f", 2x/1x latency {latency_ratio(ones[-1], ev):5.3f}"
+        print(f"{line}  ({time.monotonic() - t0:.1f} s)", flush=True)
+
+    print("\n(a) the same candidate evaluated", args.runs, "times")
+    print(f"  {'workload':28s} {'median latency':>15s} {'CV':>6s} {'speedup':>8s} {'CV':>6s}")
+    lat_cols = []
+    for w, wl in enumerate(target.workloads):
+        lat = [ev.workloads[w].candidate.median_s for ev in ones]
+        spd = [ev.workloads[w].speedup for ev in ones]
+        lat_cols.append(lat)
+        label = ", ".join(f"{k}={v}" for k, v in wl.items())
+        print(f"  {label:28s} {statistics.mean(lat) * 1e3:12.3f} ms {cv(lat):6.1%} "
+              f"{statistics.mean(spd):8.3f} {cv(spd):6.1%}")
+    gm_lat = [geomean(list(run)) for run in zip(*lat_cols)]
+    spd = [ev.speedup for ev in ones]
+    cv_lat, cv_spd = cv(gm_lat), cv(spd)
+    print(f"  {'geomean over workloads':28s} {statistics.mean(gm_lat) * 1e3:12.3f} ms "
+          f"{cv_lat:6.1%} {statistics.mean(spd):8.3f} {cv_spd:6.1%}")
+
+    ratio = None
+    if twos:
+        print(f"\n(b) 2x work vs 1x work, {len(twos)} alternating pairs (median of pair ratios)")
+        per_w = []
+        for w, wl in enumerate(target.workloads):
+            r = statistics.median(latency_ratio(a, b, w) for a, b in zip(ones, twos))
+            per_w.append(r)
+            label = ", ".join(f"{k}={v}" for k, v in wl.items())
+            print(f"  {label:28s} ratio {r:6.3f}  error {abs(r / 2 - 1):6.1%}")
+        ratio = geomean(per_w)
+        print(f"  {'geomean over workloads':28s} ratio {ratio:6.3f}  "
+              f"error {abs(ratio / 2 - 1):6.1%}")
+
+    print("\nsummary")
+    print(f"  CV of median latency: {cv_lat:.1%} (target <= 3%)")
+    print(f"  CV of speedup: {cv_spd:.1%}")
+    if ratio is None:
+        print(f"  2x work ratio: not measured ({skip_b})")
+    else:
+        print(f"  2x work ratio: {ratio:.3f}x (error {abs(ratio / 2 - 1):.1%}, target <= 5%)")
+
+
+if __name__ == "__main__":
+    main()
