@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 
 from eat.errors import BadInput, EatError, RunnerUnavailable
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+# No locals in tracebacks: they may hold keys.
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
                   help="Evolving Agent Teams: make kernels faster with supervised agent teams.")
 # Piped output would otherwise wrap at 80 columns and break table rows apart.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
@@ -119,6 +120,108 @@ def doctor(refresh: bool = typer.Option(False, "--refresh", help="Measure the pe
         if isinstance(value, dict):
             value = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in value.items())
         out.print(f"{key:>18}  {'-' if value is None else value}", markup=False)
+
+
+class _Progress:
+    """The live display of a run: evaluations, best speedup, teams and budget left."""
+
+    def __init__(self, live, max_evals: int, max_time: float | None):
+        self.live, self.max_evals, self.max_time = live, max_evals, max_time
+
+    def __call__(self, event, state) -> None:
+        from eat.events import describe
+
+        table = Table(show_header=True, header_style="bold", box=None)
+        for col in ("team", "strategy", "state", "evals", "best"):
+            table.add_column(col)
+        for t in state.teams.values():
+            table.add_row(t.id, t.strategy, t.state + (" (exhausted)" if t.exhausted else ""),
+                          str(t.evals), f"{t.best_estimate:.2f}x" if t.best_estimate else "-")
+        best = state.best
+        budget = f"{state.evaluations}/{self.max_evals} evaluations"
+        if self.max_time:
+            budget += f", {max(0.0, self.max_time - state.elapsed_s):.0f} s left"
+        head = (f"[bold]{budget}[/bold]   best: "
+                + (f"{best.estimate:.2f}x ({best.cid}" + (f", {best.gflops:.1f} GFLOP/s"
+                   if best.gflops else "") + ")" if best else "-")
+                + f"   plateaus {state.plateaus}, restructures {state.restructures}")
+        self.live.update(Group(head, table, f"last: {describe(event)}"[:200]))
+
+
+def _run_with_progress(fn, *args, shown_evals: int, shown_time: float | None, **kwargs):
+    from rich.live import Live
+
+    with Live(console=out, refresh_per_second=4, transient=False) as live:
+        path, reason = fn(*args, on_event=_Progress(live, shown_evals, shown_time), **kwargs)
+    out.print()
+    out.print(f"stopped: {reason}", markup=False)
+    out.print(f"workspace: {path}   (eat status {path}; eat resume {path})", markup=False)
+    from eat.run import INTERRUPTED
+    raise typer.Exit(130 if reason == INTERRUPTED else 0)
+
+
+_MAX_EVALS = typer.Option(None, "--max-evals", help="Evaluations in the whole run.")
+_MAX_TIME = typer.Option(None, "--max-time", help="Seconds in the whole run (all sessions).")
+_MAX_COST = typer.Option(None, "--max-cost", help="LLM spend cap in USD for the whole run.")
+
+
+@app.command()
+@_reports_errors
+def start(target: Path = typer.Argument(..., help="Target folder (with target.toml)."),
+          workspace: Path = typer.Option(None, "--workspace", "-w",
+                                         help="New workspace folder (default: workspaces/...)."),
+          model: str = typer.Option("offline", "--model", help="'offline' or a litellm model."),
+          max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
+          seed: int = typer.Option(0, "--seed", help="Seed of the offline agents' choices.")):
+    """Start a run on a target in a new workspace."""
+    from eat.config import RunConfig
+    from eat.run import start_run
+
+    budgets = {k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
+                                 ("max_cost_usd", max_cost)] if v is not None}
+    shown = RunConfig(target=str(target), **budgets)
+    _run_with_progress(start_run, target, workspace, model=model, seed=seed,
+                       shown_evals=shown.max_evals, shown_time=shown.max_time_s, **budgets)
+
+
+@app.command()
+@_reports_errors
+def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST):
+    """Continue a stopped or crashed run; budgets are totals for the run, not increments."""
+    from eat.run import resume_run
+    from eat.workspace import Workspace
+
+    config = Workspace.open(workspace).config()
+    _run_with_progress(resume_run, workspace, shown_evals=max_evals or config.max_evals,
+                       shown_time=max_time or config.max_time_s,
+                       **{k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
+                                            ("max_cost_usd", max_cost)] if v is not None})
+
+
+@app.command()
+@_reports_errors
+def status(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+           as_json: bool = typer.Option(False, "--json", help="Print as JSON.")):
+    """Show a run's progress: evaluations, best speedup, teams (safe while it runs)."""
+    from eat.run import run_status
+
+    st = run_status(workspace)
+    if as_json:
+        sys.stdout.write(json.dumps(st, indent=2) + "\n")
+        return
+    best = f"{st['best_speedup']:.2f}x ({st['best_candidate']})" if st["best_speedup"] else "-"
+    state = "running" if st["running"] else f"stopped: {st['stopped'] or 'crashed'}"
+    out.print(f"{st['target']}  {state}", markup=False)
+    out.print(f"evaluations {st['evaluations']}/{st['max_evals']}, best {best}, "
+              f"plateaus {st['plateaus']}, restructures {st['restructures']}", markup=False)
+    table = Table(box=None)
+    for col in ("team", "strategy", "state", "evals", "best"):
+        table.add_column(col)
+    for t in st["teams"]:
+        table.add_row(t["id"], t["strategy"], t["state"], str(t["evaluations"]),
+                      f"{t['best_speedup']:.2f}x" if t["best_speedup"] else "-")
+    out.print(table)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Agents that propose candidates: offline (knob search), llm (litellm), external (CLIs)."""

@@ -1,0 +1,121 @@
+"""The offline agent: searches the target's declared knobs with the team's strategy, no LLM.
+
+Every choice is a pure function of (run seed, team, team's evaluation count, what was tried),
+so a resumed run proposes exactly what the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from eat.agents.base import Proposal
+from eat.runners.cpu import source_hash
+from eat.state import RunState, Team
+from eat.target import Target
+
+STRATEGIES = ("coordinate", "explorer", "refiner")
+_TRIES = 200
+
+
+def render(target: Target, knobs: dict[str, Any]) -> str:
+    """The baseline with knob values prepended: a `// eat:cflags` line, then `#define`s."""
+    head = []
+    for name, knob in target.knobs.items():
+        if name not in knobs:
+            continue
+        if knob.kind == "cflags":
+            head.insert(0, f"// eat:cflags {knobs[name]}")
+        else:
+            head.append(f"#define {name} {knobs[name]}")
+    return "\n".join(head) + "\n" + target.baseline_source()
+
+
+def defaults(target: Target) -> dict[str, Any]:
+    """The baseline's own configuration: the first value of every knob."""
+    return {name: knob.values[0] for name, knob in target.knobs.items()}
+
+
+def _describe(change: dict[str, Any], center: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {center.get(k)} -> {v}" for k, v in change.items())
+
+
+class OfflineAgent:
+    """Knob search for one run; `seed` makes every random choice repeatable."""
+
+    def __init__(self, target: Target, seed: int = 0):
+        if not target.knobs:
+            raise ValueError(f"target {target.name} declares no knobs for the offline agent")
+        self.target = target
+        self.seed = seed
+
+    def propose(self, team: Team, state: RunState) -> Proposal | None:
+        if team.strategy not in STRATEGIES:
+            raise ValueError(f"offline agent has no strategy {team.strategy!r}")
+        return getattr(self, f"_{team.strategy}")(team, state)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _center(self, team: Team, state: RunState) -> tuple[dict[str, Any], str | None]:
+        """Where a local strategy searches from: the team's best, its start, the baseline."""
+        if team.best:
+            return {**defaults(self.target), **team.best.knobs}, team.best.cid
+        start = state.candidates.get(team.start_from or "")
+        if start:
+            return {**defaults(self.target), **start.knobs}, start.cid
+        return defaults(self.target), None
+
+    def _offer(self, knobs: dict[str, Any], state: RunState, idea: str,
+               parent: str | None) -> Proposal | None:
+        source = render(self.target, knobs)
+        if source_hash(source) in state.hashes:
+            return None
+        return Proposal(source=source, idea=idea, knobs=knobs, parent=parent)
+
+    def _rng(self, team: Team, attempt: int) -> random.Random:
+        return random.Random(f"{self.seed}:{team.id}:{team.seed}:{team.evals}:{attempt}")
+
+    def _neighbours(self, team: Team, state: RunState) -> Proposal | None:
+        """The first untried one-knob change of the centre, knobs taken round-robin."""
+        center, parent = self._center(team, state)
+        names = list(self.target.knobs)
+        first = team.evals % len(names)
+        for name in names[first:] + names[:first]:
+            for value in self.target.knobs[name].values:
+                if value == center[name]:
+                    continue
+                p = self._offer({**center, name: value}, state,
+                                _describe({name: value}, center), parent)
+                if p:
+                    return p
+        return None
+
+    # -- strategies --------------------------------------------------------------------------
+
+    def _coordinate(self, team: Team, state: RunState) -> Proposal | None:
+        return self._neighbours(team, state)
+
+    def _explorer(self, team: Team, state: RunState) -> Proposal | None:
+        for attempt in range(_TRIES):
+            rng = self._rng(team, attempt)
+            knobs = {n: rng.choice(k.values) for n, k in self.target.knobs.items()}
+            p = self._offer(knobs, state, "random configuration: " +
+                            ", ".join(f"{k}={v}" for k, v in knobs.items()), None)
+            if p:
+                return p
+        return None
+
+    def _refiner(self, team: Team, state: RunState) -> Proposal | None:
+        center, parent = self._center(team, state)
+        names = list(self.target.knobs)
+        for attempt in range(_TRIES):
+            rng = self._rng(team, attempt)
+            picked = rng.sample(names, min(len(names), rng.choice((1, 2))))
+            change = {n: v for n in picked
+                      if (v := rng.choice(self.target.knobs[n].values)) != center[n]}
+            if not change:
+                continue
+            p = self._offer({**center, **change}, state, _describe(change, center), parent)
+            if p:
+                return p
+        return self._neighbours(team, state)

@@ -1,0 +1,63 @@
+"""RunConfig: what a run was asked to do, frozen in the workspace's eat.toml."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from eat.errors import BadInput
+
+
+class PlateauConfig(BaseModel):
+    """When the supervisor calls a plateau."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    team_window: int = Field(8, ge=2, description="Evaluations of one team without an "
+                             "improvement before that team has plateaued.")
+    run_window: int = Field(12, ge=2, description="Evaluations of the whole run without an "
+                            "improvement before the run has plateaued.")
+    fail_window: int = Field(5, ge=2, description="Consecutive failed candidates of a team "
+                             "that count as a failing team.")
+    min_gain: float = Field(0.02, ge=0, description="Smallest relative gain that counts, "
+                            "whatever the measured noise.")
+    score_after: int = Field(8, ge=1, description="Evaluations after a restructure before its "
+                             "outcome is scored.")
+
+
+class RunConfig(BaseModel):
+    """A run's configuration (eat.toml); budgets are totals over every session of the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(description="Path of the target folder.")
+    model: str = Field("offline", description="Agent model: 'offline' or a litellm model string.")
+    max_evals: int = Field(60, ge=1, description="Candidate evaluations in the whole run.")
+    max_time_s: float | None = Field(None, gt=0, description="Wall-clock seconds in the whole "
+                                     "run, summed over sessions.")
+    max_cost_usd: float | None = Field(None, ge=0, description="LLM spend cap in USD.")
+    seed: int = Field(0, description="Seed of every random choice the offline agents make.")
+    teams: list[str] = Field(["coordinate", "explorer"], min_length=1,
+                             description="Team presets spawned at the start.")
+    max_teams: int = Field(4, ge=1, description="Most teams active at once.")
+    plateau: PlateauConfig = PlateauConfig()
+
+
+def load_config(path: Path) -> RunConfig:
+    """Read eat.toml; raises BadInput naming the file and the field."""
+    if not path.is_file():
+        raise BadInput(f"{path}: file not found")
+    try:
+        return RunConfig.model_validate(tomllib.loads(path.read_text()))
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path}: not valid TOML: {e}") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise BadInput(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def dump_config(config: RunConfig) -> str:
+    return tomli_w.dumps(config.model_dump(exclude_none=True))

@@ -1,0 +1,49 @@
+"""RunContext: the dependencies of a running loop, passed in, and the one way to record a fact."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from eat.agents.base import Agent
+from eat.config import RunConfig
+from eat.events import Event
+from eat.runners.base import Runner
+from eat.state import RunState
+from eat.target import EvalConfig, Target
+from eat.workspace import Workspace
+
+
+@dataclass
+class RunContext:
+    """Everything the supervisor and the teams use; tests build one with their own parts."""
+
+    ws: Workspace
+    state: RunState
+    target: Target
+    runner: Runner
+    config: RunConfig
+    presets: dict[str, Any]
+    make_agent: Callable[[Any], Agent]     # TeamSpec-like team -> its agent
+    eval_config: EvalConfig | None = None
+    on_event: Callable[[Event, RunState], None] = lambda e, s: None
+    elapsed_base: float = 0.0              # run time of earlier sessions
+    started: float = field(default_factory=time.monotonic)
+    agents: dict[str, Agent] = field(default_factory=dict)
+
+    def elapsed(self) -> float:
+        return self.elapsed_base + time.monotonic() - self.started
+
+    def record(self, event: Event) -> Event:
+        """Append to the log (durably), fold into the state, tell the display."""
+        event.elapsed_s = self.elapsed()
+        self.ws.append(event)
+        self.state.apply(event)
+        self.on_event(event, self.state)
+        return event
+
+    def agent_for(self, team) -> Agent:
+        if team.id not in self.agents:
+            self.agents[team.id] = self.make_agent(team)
+        return self.agents[team.id]

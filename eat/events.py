@@ -1,0 +1,150 @@
+"""The typed events of history.jsonl, one JSON object a line with `type` and `seq`.
+
+Events are facts, written once and never edited; everything else a run knows (teams, best,
+plateau counters) is folded from them by `eat.state.RunState`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+
+class _Event(BaseModel):
+    seq: int = Field(0, description="Position in the log, from 1; set when appended.")
+    time: float = Field(default_factory=time.time, description="Unix time of the fact.")
+    elapsed_s: float = Field(0.0, description="Run time so far, summed over every session.")
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    target: str
+    target_path: str
+    model: str
+    config: dict[str, Any] = {}
+
+
+class RunResumed(_Event):
+    type: Literal["run_resumed"] = "run_resumed"
+    recovered: list[str] = Field([], description="Candidates whose results were on disk but "
+                                 "not in the log (the process died in between).")
+
+
+class RunStopped(_Event):
+    type: Literal["run_stopped"] = "run_stopped"
+    reason: str
+
+
+class TeamSpawned(_Event):
+    type: Literal["team_spawned"] = "team_spawned"
+    team: str
+    preset: str
+    strategy: str
+    directive: str
+    share: float = 1.0
+    start_from: str | None = Field(None, description="Candidate id the team starts from.")
+    seed: int = 0
+
+
+class CandidateEvaluated(_Event):
+    type: Literal["candidate_evaluated"] = "candidate_evaluated"
+    candidate: str
+    team: str
+    idea: str = Field("", description="What the agent meant to try.")
+    knobs: dict[str, Any] = {}
+    parent: str | None = None
+    source_hash: str
+    status: str
+    speedup: float | None = None
+    noise: float | None = Field(None, description="Relative spread (IQR/median) of its timing.")
+    gflops: float | None = None
+    vendor_gflops: float | None = None
+    message: str = ""
+
+
+class EliteRetimed(_Event):
+    type: Literal["elite_retimed"] = "elite_retimed"
+    candidate: str
+    speedup: float | None = Field(description="The new measurement (None: it failed now).")
+    status: str = "ok"
+
+
+class PlateauDetected(_Event):
+    type: Literal["plateau_detected"] = "plateau_detected"
+    scope: Literal["run", "team"]
+    team: str | None = None
+    kind: Literal["stalled", "failing", "exhausted", "converged"]
+    window: int
+    best: float | None = None
+    threshold: float = 0.0
+    evidence: list[str] = []
+    message: str = ""
+
+
+class Restructured(_Event):
+    type: Literal["restructured"] = "restructured"
+    op: Literal["spawn", "retire", "fork", "redirect", "recompose", "rebalance"]
+    team: str | None = Field(None, description="The team created or changed.")
+    reason: str
+    evidence: list[str] = Field([], description="Candidate ids the decision rests on.")
+    params: dict[str, Any] = Field({}, description="Operation details (strategy, shares ...).")
+    best_before: float | None = Field(None, description="Run best when it was decided.")
+    scope: Literal["run", "team"] = "team"
+
+
+class RestructureScored(_Event):
+    type: Literal["restructure_scored"] = "restructure_scored"
+    restructure: int = Field(description="seq of the Restructured event scored.")
+    helped: bool
+    best_before: float | None
+    best_after: float | None
+    by: str | None = Field(None, description="Candidate that beat the old best, if any.")
+
+
+Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
+                        EliteRetimed, PlateauDetected, Restructured, RestructureScored],
+                  Field(discriminator="type")]
+EVENT = TypeAdapter(Event)
+
+
+def parse_event(line: str) -> Event:
+    """One log line to its typed event; raises pydantic.ValidationError or ValueError."""
+    return EVENT.validate_json(line)
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def describe(e: Event) -> str:
+    """One line for people: EVOLUTION.md rows and git commit messages."""
+    match e:
+        case RunStarted():
+            return f"run started on {e.target} with model {e.model}"
+        case RunResumed():
+            extra = f", recovered {', '.join(e.recovered)}" if e.recovered else ""
+            return f"run resumed{extra}"
+        case RunStopped():
+            return f"run stopped: {e.reason}"
+        case TeamSpawned():
+            start = f" from {e.start_from}" if e.start_from else ""
+            return f"team {e.team} ({e.preset}, {e.strategy}{start}): {e.directive}"
+        case CandidateEvaluated():
+            knobs = ", ".join(f"{k}={v}" for k, v in e.knobs.items())
+            what = _x(e.speedup) if e.status == "ok" else e.message[:120]
+            return f"{e.candidate} by {e.team}: {e.status} {what} ({knobs or e.idea})"
+        case EliteRetimed():
+            return f"elite {e.candidate} re-timed: {e.status} {_x(e.speedup)}"
+        case PlateauDetected():
+            who = f"team {e.team}" if e.team else "run"
+            return f"plateau ({e.kind}) of {who}: {e.message}"
+        case Restructured():
+            return f"restructure {e.op} {e.team or ''}: {e.reason}".replace("  ", " ")
+        case RestructureScored():
+            verdict = "helped" if e.helped else "did not help"
+            by = f" ({e.by})" if e.by else ""
+            return (f"restructure #{e.restructure} {verdict}: best {_x(e.best_before)} -> "
+                    f"{_x(e.best_after)}{by}")
+    return ""

@@ -1,0 +1,131 @@
+"""LEARNING.md: lessons with evidence (candidate ids), dead ends and open hypotheses.
+
+eat owns the text between the markers and rewrites it from the RunState; people write outside
+them. The document stays under a size cap by consolidation: the oldest lessons of a list are
+merged into one line that still cites their candidates; nothing is cut off the end.
+"""
+
+from __future__ import annotations
+
+from eat.state import RunState
+from eat.target import Target
+from eat.workspace import write_atomic
+
+BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
+CAP_CHARS = 6000
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _diff(new: dict, old: dict) -> str:
+    changed = [f"{k} {old.get(k)} -> {v}" for k, v in new.items() if old.get(k) != v]
+    return ", ".join(changed) or "same knobs (timing noise)"
+
+
+def _cites(ids: list[str], most: int = 8) -> str:
+    shown = ", ".join(ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def lessons(state: RunState) -> list[tuple[str, list[str]]]:
+    """Chronological lessons, each with the candidate ids it rests on."""
+    out = []
+    for new, old in state.new_bests:
+        if old is None:
+            out.append((f"first working candidate {new.cid}: {_x(new.estimate)} "
+                        f"({', '.join(f'{k}={v}' for k, v in new.knobs.items())})", [new.cid]))
+        else:
+            out.append((f"{_diff(new.knobs, old.knobs)}: {_x(old.estimate)} -> "
+                        f"{_x(new.estimate)} ({new.cid} over {old.cid})", [new.cid, old.cid]))
+    for s in state.scored:
+        verdict = "helped" if s.helped else "did not help"
+        by = f", by {s.by}" if s.by else ""
+        out.append((f"restructure #{s.restructure} {verdict}: best {_x(s.best_before)} -> "
+                    f"{_x(s.best_after)}{by}", [s.by] if s.by else []))
+    return out
+
+
+def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str], list[str]]:
+    """Per knob: the best value with its evidence; dead ends; values never tried."""
+    effects, dead, untried = [], [], []
+    best = state.best_speedup or 0.0
+    for name, knob in target.knobs.items():
+        rows = []
+        for value in knob.values:
+            tries, top, cid = state.knob_stats.get((name, str(value)), [0, None, None])
+            if tries == 0:
+                untried.append(f"{name}={value}")
+            elif top is not None:
+                rows.append((top, value, cid, tries))
+            if tries >= 3 and (top is None or top < 0.5 * best):
+                dead.append(f"{name}={value}: best {_x(top)} over {tries} tries"
+                            + (f" ({cid})" if cid else ""))
+        if rows:
+            rows.sort(key=lambda r: -r[0])
+            top, value, cid, tries = rows[0]
+            worst = rows[-1]
+            effects.append(f"{name}: best with {value} ({_x(top)}, {cid})"
+                           + (f"; worst with {worst[1]} ({_x(worst[0])}, {worst[2]})"
+                              if len(rows) > 1 else ""))
+    return effects, dead, untried
+
+
+def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
+    """The managed block; older lessons are consolidated until it fits in `cap`."""
+    items = lessons(state)
+    effects, dead, untried = knob_effects(state, target)
+    keep = len(items)
+    while True:
+        text = _compose(state, items, keep, effects, dead, untried)
+        if len(text) <= cap or keep == 0:
+            break
+        keep = keep // 2 if keep > 4 else keep - 1
+    while len(text) > cap and (dead or untried or effects):
+        # Still too long: merge the longest detail list into a count (never drop the tail).
+        longest = max((dead, untried, effects), key=len)
+        longest[:] = [f"{len(longest)} entries consolidated"]
+        text = _compose(state, items, keep, effects, dead, untried)
+    return text
+
+
+def _compose(state, items, keep, effects, dead, untried) -> str:
+    b = state.best
+    head = ["## Best so far", ""]
+    if b:
+        vendor = f"; the vendor library reaches {b.vendor_gflops:.1f} GFLOP/s" \
+            if b.vendor_gflops else ""
+        flops = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
+        head.append(f"{b.cid} (team {b.team}): {_x(b.estimate)} over the baseline{flops}"
+                    f"{vendor}; knobs {', '.join(f'{k}={v}' for k, v in b.knobs.items())}")
+    else:
+        head.append("No verified candidate yet.")
+    lines = head + ["", "## Lessons", ""]
+    old, recent = items[:len(items) - keep], items[len(items) - keep:]
+    if old:
+        cited = [c for _, ids in old for c in ids]
+        lines.append(f"- consolidated: {len(old)} earlier lessons, resting on {_cites(cited)}")
+    lines += [f"- {text}" for text, _ in recent] or ["- none yet"]
+    lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
+    lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
+    lines += ["", "## Open hypotheses", ""]
+    lines.append(f"- untried knob values: {', '.join(untried)}" if untried
+                 else "- every knob value has been tried at least once")
+    if state.restructures:
+        lines.append(f"- {state.restructures} restructures so far; {state.plateaus} plateaus")
+    return "\n".join(lines)
+
+
+def update(path, state: RunState, target: Target, cap: int = CAP_CHARS) -> bool:
+    """Rewrite the managed block of LEARNING.md, keeping people's text; True if it changed."""
+    text = path.read_text() if path.exists() else f"# Learning\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text or END not in text:
+        text = text.rstrip() + f"\n\n{BEGIN}\n{END}\n"  # markers removed by hand: add anew
+    before, rest = text.split(BEGIN, 1)
+    _, after = rest.split(END, 1)
+    new = f"{before}{BEGIN}\n{render(state, target, cap)}\n{END}{after}"
+    if new != text:
+        write_atomic(path, new)
+        return True
+    return False

@@ -1,0 +1,168 @@
+"""Starting, resuming and reading a run: the plain functions behind `eat start|resume|status`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from eat import learning, supervisor
+from eat.agents.offline import OfflineAgent
+from eat.config import RunConfig
+from eat.context import RunContext
+from eat.errors import BadInput, RunnerUnavailable
+from eat.events import Event, RunResumed, RunStarted, RunStopped, TeamSpawned
+from eat.runners.base import Evaluation, Runner, get_runner
+from eat.state import RunState
+from eat.target import EvalConfig, Target, load_target
+from eat.team import evaluated_event, load_presets, write_notes
+from eat.workspace import Workspace
+
+INTERRUPTED = "interrupted by the user"
+
+
+def default_workspace(target: Target) -> Path:
+    return Path("workspaces") / f"{target.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _runner_for(target: Target, runner: Runner | None) -> Runner:
+    if runner is None:
+        from eat.doctor import load_peaks
+        runner = get_runner(target.runner, peaks=load_peaks())
+    why = runner.unavailable(target)
+    if why:
+        raise RunnerUnavailable(f"{target.name} needs the {target.runner} runner: {why}")
+    return runner
+
+
+def _make_agent_factory(config: RunConfig, target: Target):
+    if config.model != "offline":
+        raise BadInput(f"model {config.model!r}: only the offline agents are available in this "
+                       "version of eat (use --model offline)")
+    if not target.knobs:
+        raise BadInput(f"{target.root}: declares no knobs, and the offline agents search knobs")
+    return lambda team: OfflineAgent(target, seed=config.seed)
+
+
+def start_run(target_path: Path, workspace: Path | None = None, *,
+              on_event: Callable[[Event, RunState], None] | None = None,
+              runner: Runner | None = None, eval_config: EvalConfig | None = None,
+              **overrides) -> tuple[Path, str]:
+    """Create a workspace for the target and run it; returns (workspace, why it stopped)."""
+    target = load_target(target_path)
+    config = RunConfig(target=str(Path(target_path).resolve()), **overrides)
+    presets = load_presets()
+    for name in config.teams:
+        if name not in presets:
+            raise BadInput(f"team preset {name!r} not found (have: {', '.join(presets)})")
+    make_agent = _make_agent_factory(config, target)
+    runner = _runner_for(target, runner)
+    ws = Workspace.create(workspace or default_workspace(target), config)
+    with ws.lock():
+        ws.load()
+        ctx = RunContext(ws=ws, state=RunState(config.plateau), target=target, runner=runner,
+                         config=config, presets=presets, make_agent=make_agent,
+                         eval_config=eval_config, on_event=on_event or (lambda e, s: None))
+        ctx.record(RunStarted(target=target.name, target_path=config.target,
+                              model=config.model, config=config.model_dump(mode="json")))
+        for i, name in enumerate(config.teams):
+            p = presets[name]
+            ctx.record(TeamSpawned(team=f"{p.name}-{i + 1}", preset=p.name, strategy=p.strategy,
+                                   directive=p.directive, share=p.share, seed=config.seed + i))
+        for team in ctx.state.teams.values():
+            write_notes(team, ctx)
+        learning.update(ws.paths.learning, ctx.state, target)
+        ws.commit(f"run started on {target.name}: teams {', '.join(ctx.state.teams)}")
+        return ws.paths.root, _loop(ctx)
+
+
+def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] | None = None,
+               runner: Runner | None = None, eval_config: EvalConfig | None = None,
+               **budgets) -> tuple[Path, str]:
+    """Continue a stopped or crashed run; budgets given are totals for the whole run."""
+    ws = Workspace.open(workspace)
+    with ws.lock():
+        config = ws.config()
+        changed = {k: v for k, v in budgets.items() if v is not None}
+        if changed:
+            config = config.model_copy(update=changed)
+            RunConfig.model_validate(config.model_dump())
+            ws.save_config(config)
+        target = load_target(config.target)
+        make_agent = _make_agent_factory(config, target)
+        runner = _runner_for(target, runner)
+        events = ws.load()
+        if not any(e.type == "run_started" for e in events):
+            raise BadInput(f"{ws.paths.root}: history.jsonl has no run_started event")
+        state = RunState.from_events(events, config.plateau)
+        ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
+                         presets=load_presets(), make_agent=make_agent, eval_config=eval_config,
+                         on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s)
+        recovered = _recover(ctx)
+        ws.render_evolution(ws.read_events()[0])
+        ctx.record(RunResumed(recovered=recovered))
+        if state.best:
+            ws.set_best(state.best.team, state.best.cid)
+        ws.commit("run resumed" + (f", recovered {', '.join(recovered)}" if recovered else ""))
+        return ws.paths.root, _loop(ctx)
+
+
+def _recover(ctx: RunContext) -> list[str]:
+    """Log evaluations whose files are complete but whose event a crash lost; drop the rest."""
+    recovered = []
+    for folder in sorted(ctx.ws.paths.teams.glob("*/candidates/*")):
+        cid = folder.name
+        if cid in ctx.state.candidates:
+            continue
+        result, meta = folder / "result.json", folder / "meta.json"
+        if result.is_file() and meta.is_file() and cid == ctx.state.next_candidate_id():
+            ev = Evaluation.model_validate_json(result.read_text())
+            ctx.record(evaluated_event(cid, json.loads(meta.read_text()), ev))
+            recovered.append(cid)
+        else:
+            shutil.rmtree(folder)  # an evaluation the crash cut short: it never finished
+    return recovered
+
+
+def _loop(ctx: RunContext) -> str:
+    try:
+        reason = supervisor.run(ctx)
+    except KeyboardInterrupt:
+        reason = INTERRUPTED
+    ctx.record(RunStopped(reason=reason))
+    learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
+    ctx.ws.commit(f"run stopped: {reason}")
+    return reason
+
+
+def run_status(workspace: Path) -> dict:
+    """What `eat status --json` prints: read-only, safe while the run goes on."""
+    ws = Workspace.open(workspace)
+    config = ws.config()
+    events, _ = ws.read_events()
+    state = RunState.from_events(events, config.plateau)
+    best = state.best
+    stopped = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
+                                                              "run_started")), None)
+    return {
+        "workspace": str(ws.paths.root),
+        "target": state.target,
+        "running": ws.is_locked(),
+        "stopped": stopped.reason if stopped and stopped.type == "run_stopped" else None,
+        "evaluations": state.evaluations,
+        "max_evals": config.max_evals,
+        "elapsed_s": round(state.elapsed_s, 1),
+        "best_speedup": best.estimate if best else None,
+        "best_candidate": best.cid if best else None,
+        "best_gflops": best.gflops if best else None,
+        "vendor_gflops": best.vendor_gflops if best else None,
+        "teams": [{"id": t.id, "preset": t.preset, "strategy": t.strategy, "state": t.state,
+                   "evaluations": t.evals, "best_speedup": t.best_estimate, "share": t.share}
+                  for t in state.teams.values()],
+        "plateaus": state.plateaus,
+        "restructures": state.restructures,
+        "tokens": {"prompt": 0, "completion": 0, "cached": 0},
+        "cost_usd": 0.0,
+    }

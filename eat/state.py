@@ -1,0 +1,252 @@
+"""RunState: what a run knows, folded event by event from history.jsonl.
+
+`apply` costs the same whatever the length of the history, so a supervisor step does too;
+only `from_events` (once per resume or `eat status`) reads the whole log.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from eat.config import PlateauConfig
+from eat.events import (CandidateEvaluated, EliteRetimed, Event, PlateauDetected, RestructureScored,
+                        Restructured, RunStarted, TeamSpawned)
+
+LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
+
+
+@dataclass
+class Candidate:
+    cid: str
+    team: str
+    seq: int
+    index: int                 # 1-based position among the run's evaluations
+    status: str
+    knobs: dict[str, Any]
+    source_hash: str
+    speedup: float | None
+    noise: float | None
+    gflops: float | None = None
+    vendor_gflops: float | None = None
+    measurements: list[float] = field(default_factory=list)
+    failed_retime: bool = False
+
+    @property
+    def estimate(self) -> float | None:
+        """Median of every measurement; None once a re-time found it failing."""
+        if self.status != "ok" or self.failed_retime or not self.measurements:
+            return None
+        return statistics.median(self.measurements)
+
+
+@dataclass
+class Team:
+    id: str
+    preset: str
+    strategy: str
+    directive: str
+    share: float = 1.0
+    state: str = "active"
+    start_from: str | None = None
+    seed: int = 0
+    roles: list[str] = field(default_factory=list)
+    evals: int = 0
+    best: Candidate | None = None
+    since_improvement: int = 0
+    failures: int = 0          # consecutive non-ok candidates
+    redirects: int = 0
+    exhausted: bool = False    # set by the agent at run time, not from events
+
+    @property
+    def best_estimate(self) -> float | None:
+        return self.best.estimate if self.best else None
+
+
+@dataclass
+class Pending:
+    seq: int
+    op: str
+    team: str | None
+    best_before: float | None
+    at: int
+
+
+def _better(new: float | None, ref: float | None, threshold: float) -> bool:
+    return new is not None and (ref is None or new > ref * (1 + threshold))
+
+
+class RunState:
+    """Teams, candidates, the best, plateau counters and pending scores, from events."""
+
+    def __init__(self, plateau: PlateauConfig | None = None):
+        self.cfg = plateau or PlateauConfig()
+        self.target = ""
+        self.teams: dict[str, Team] = {}
+        self.candidates: dict[str, Candidate] = {}
+        self.hashes: set[str] = set()
+        self.evaluations = 0
+        self.leaders: list[Candidate] = []
+        self.since_improvement = 0
+        self.recent: deque[Candidate] = deque(maxlen=64)
+        self.retimed: set[str] = set()
+        self.pending: list[Pending] = []
+        self.scored: deque[RestructureScored] = deque(maxlen=32)
+        self.new_bests: deque[tuple[Candidate, Candidate | None]] = deque(maxlen=32)
+        self.applied_keys: set[str] = set()
+        self.plateaus = 0
+        self.flagged: dict[tuple, int] = {}  # plateau key -> its counter when last declared
+        self.restructures = 0
+        self.elapsed_s = 0.0
+        self.seq = 0
+        self.knob_stats: dict[tuple[str, str], list] = {}  # (knob, value) -> [tries, best, cid]
+
+    @classmethod
+    def from_events(cls, events: list[Event], plateau: PlateauConfig | None = None) -> RunState:
+        state = cls(plateau)
+        for e in events:
+            state.apply(e)
+        return state
+
+    # -- derived -----------------------------------------------------------------------------
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.leaders[0] if self.leaders else None
+
+    @property
+    def best_speedup(self) -> float | None:
+        return self.best.estimate if self.best else None
+
+    def threshold(self) -> float:
+        """Smallest relative gain that counts: the elite's measured spread, at least min_gain."""
+        noise = self.best.noise if self.best and self.best.noise else 0.0
+        return max(self.cfg.min_gain, noise)
+
+    def active_teams(self) -> list[Team]:
+        return [t for t in self.teams.values() if t.state == "active"]
+
+    def next_candidate_id(self) -> str:
+        return f"c{self.evaluations + 1:04d}"
+
+    # -- folding -----------------------------------------------------------------------------
+
+    def apply(self, e: Event) -> None:
+        self.seq = e.seq
+        self.elapsed_s = max(self.elapsed_s, e.elapsed_s)
+        match e:
+            case RunStarted():
+                self.target = e.target
+            case TeamSpawned():
+                self.teams[e.team] = Team(id=e.team, preset=e.preset, strategy=e.strategy,
+                                          directive=e.directive, share=e.share,
+                                          start_from=e.start_from, seed=e.seed)
+            case CandidateEvaluated():
+                self._evaluated(e)
+            case EliteRetimed():
+                self._retimed(e)
+            case PlateauDetected():
+                self.plateaus += 1
+                self.flagged[(e.scope, e.team, e.kind)] = e.window
+            case Restructured():
+                self._restructured(e)
+            case RestructureScored():
+                self.pending = [p for p in self.pending if p.seq != e.restructure]
+                self.scored.append(e)
+
+    def _evaluated(self, e: CandidateEvaluated) -> None:
+        self.evaluations += 1
+        c = Candidate(cid=e.candidate, team=e.team, seq=e.seq, index=self.evaluations,
+                      status=e.status, knobs=e.knobs, source_hash=e.source_hash,
+                      speedup=e.speedup, noise=e.noise, gflops=e.gflops,
+                      vendor_gflops=e.vendor_gflops,
+                      measurements=[e.speedup] if e.speedup is not None else [])
+        self.candidates[c.cid] = c
+        self.hashes.add(c.source_hash)
+        self.recent.append(c)
+        team = self.teams.get(e.team)
+        threshold = self.threshold()
+        if team:
+            team.evals += 1
+            team.failures = 0 if c.status == "ok" else team.failures + 1
+            if _better(c.estimate, team.best_estimate, threshold):
+                team.since_improvement = 0
+            else:
+                team.since_improvement += 1
+            if c.estimate is not None and (team.best_estimate is None
+                                           or c.estimate > team.best_estimate):
+                team.best = c
+        previous = self.best
+        if _better(c.estimate, self.best_speedup, threshold):
+            self.since_improvement = 0
+        else:
+            self.since_improvement += 1
+        if c.estimate is not None:
+            self._rank(c)
+            if self.best is c:
+                self.new_bests.append((c, previous))
+            for knob, value in c.knobs.items():
+                stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
+                stat[0] += 1
+                if stat[1] is None or c.estimate > stat[1]:
+                    stat[1], stat[2] = c.estimate, c.cid
+        else:
+            for knob, value in c.knobs.items():
+                self.knob_stats.setdefault((knob, str(value)), [0, None, None])[0] += 1
+
+    def _rank(self, c: Candidate) -> None:
+        self.leaders = [x for x in self.leaders if x is not c and x.estimate is not None]
+        self.leaders.append(c)
+        self.leaders.sort(key=lambda x: -x.estimate)
+        del self.leaders[LEADERS:]
+
+    def _retimed(self, e: EliteRetimed) -> None:
+        self.retimed.add(e.candidate)
+        c = self.candidates.get(e.candidate)
+        if c is None:
+            return
+        old_best = self.best
+        if e.status != "ok" or e.speedup is None:
+            c.failed_retime = True
+        else:
+            c.measurements.append(e.speedup)
+        self._rank(c)
+        if not self.leaders:  # every leader failed its re-time: rank from scratch
+            for x in self.candidates.values():
+                if x.estimate is not None:
+                    self._rank(x)
+        team = self.teams.get(c.team)
+        if team and team.best is c and c.estimate is None:
+            team.best = None
+        if self.best is not old_best and self.best is not None:
+            # The noisy elite stepped down: the run last improved when the new best arrived.
+            self.since_improvement = self.evaluations - self.best.index
+
+    def _restructured(self, e: Restructured) -> None:
+        self.restructures += 1
+        if e.params.get("key"):
+            self.applied_keys.add(e.params["key"])
+        team = self.teams.get(e.team) if e.team else None
+        if e.scope == "run":
+            self.since_improvement = 0
+        if team:
+            team.since_improvement = 0
+            team.failures = 0
+            if e.op == "retire":
+                team.state = "retired"
+            elif e.op == "redirect":
+                team.strategy = e.params.get("strategy", team.strategy)
+                team.directive = e.params.get("directive", team.directive)
+                team.start_from = e.params.get("start_from", team.start_from)
+                team.redirects += 1
+                team.exhausted = False
+            elif e.op == "recompose":
+                team.roles = list(e.params.get("roles", team.roles))
+        if e.op == "rebalance":
+            for tid, share in e.params.get("shares", {}).items():
+                if tid in self.teams:
+                    self.teams[tid].share = share
+        self.pending.append(Pending(seq=e.seq, op=e.op, team=e.team,
+                                    best_before=e.best_before, at=self.evaluations))

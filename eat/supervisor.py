@@ -1,0 +1,155 @@
+"""The supervisor: a LangGraph graph run one step at a time, checkpointed in the workspace.
+
+    observe -> (stop?) -> detect plateau -> [diagnose -> restructure] -> dispatch
+
+Each node reads and writes the RunContext (the workspace files are the truth); the graph
+state holds only the step's small decisions, so a step cut short by a crash re-runs from the
+node that did not finish. Restructure operations carry a key, so a re-run never applies twice.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import asdict
+from typing import TypedDict
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from eat import learning
+from eat.context import RunContext
+from eat.events import EliteRetimed
+from eat.plateau import Plateau, detect_plateaus, elite_to_retime
+from eat.restructure import Diagnosis, decide, diagnose, operation_events, score
+from eat.state import Candidate
+from eat.team import pick_team, step as team_step, write_notes
+
+
+class Step(TypedDict, total=False):
+    step: int
+    at_seq: int
+    stop: str | None
+    plateaus: list[dict]
+    diagnoses: list[dict]
+    dispatched: str | None
+
+
+def budget_left(ctx: RunContext) -> str | None:
+    """Why the run must stop now, or None."""
+    cfg = ctx.config
+    if ctx.state.evaluations >= cfg.max_evals:
+        return f"evaluation budget reached ({ctx.state.evaluations} of {cfg.max_evals})"
+    if cfg.max_time_s is not None and ctx.elapsed() >= cfg.max_time_s:
+        return f"time budget reached ({ctx.elapsed():.0f} s of {cfg.max_time_s:g} s)"
+    return None
+
+
+def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
+    """Evaluate the elite's source again: its estimate becomes the median of measurements."""
+    folder = ctx.ws.paths.candidate(elite.team, elite.cid)
+    source = next(p for p in sorted(folder.iterdir()) if p.name.startswith("candidate"))
+    ev = ctx.runner.evaluate(ctx.target, source.read_text(), config=ctx.eval_config)
+    return ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
+
+
+def _commit(ctx: RunContext, message: str) -> None:
+    learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
+    ctx.ws.commit(message)
+
+
+def build_graph(ctx: RunContext) -> StateGraph:
+    """The supervisor's graph over `ctx`."""
+
+    def observe(s: Step) -> Step:
+        verdicts = score(ctx.state, ctx.config.plateau.score_after)
+        for v in verdicts:
+            ctx.record(v)
+        if verdicts:
+            _commit(ctx, "; ".join(f"restructure #{v.restructure} "
+                                   f"{'helped' if v.helped else 'did not help'}"
+                                   for v in verdicts))
+        return {"stop": budget_left(ctx), "at_seq": ctx.state.seq}
+
+    def detect(s: Step) -> Step:
+        plateaus = detect_plateaus(ctx.state, ctx.config.plateau)
+        elite = elite_to_retime(ctx.state, plateaus)
+        if elite:
+            retime(ctx, elite)
+            plateaus = detect_plateaus(ctx.state, ctx.config.plateau)
+        for p in plateaus:
+            ctx.record(p.event())
+        return {"plateaus": [asdict(p) for p in plateaus], "at_seq": ctx.state.seq}
+
+    def diagnose_node(s: Step) -> Step:
+        found = [diagnose(Plateau(**p), ctx.state) for p in s["plateaus"]]
+        return {"diagnoses": [{"plateau": asdict(d.plateau), "cause": d.cause,
+                               "remedy": d.remedy} for d in found]}
+
+    def restructure(s: Step) -> Step:
+        found = [Diagnosis(Plateau(**d["plateau"]), d["cause"], d["remedy"])
+                 for d in s["diagnoses"]]
+        ops = decide(found, ctx.state, ctx.config.max_teams)
+        messages = []
+        for i, op in enumerate(ops):
+            key = f"{s['at_seq']}:{i}"
+            if key in ctx.state.applied_keys:
+                continue  # applied before a crash cut this step short
+            seed = ctx.config.seed + ctx.state.seq
+            events = operation_events(op, ctx.state, key, seed, ctx.presets)
+            for event in events:
+                ctx.record(event)
+            team_id = events[-1].team
+            if team_id in ctx.state.teams:
+                write_notes(ctx.state.teams[team_id], ctx)
+            messages.append(f"{op.op} {team_id or ''}: {op.reason}")
+        if messages:
+            _commit(ctx, "restructure: " + "; ".join(messages))
+        return {}
+
+    def dispatch(s: Step) -> Step:
+        while (team := pick_team(ctx)) is not None:
+            event = team_step(team, ctx)
+            if event is None:
+                write_notes(team, ctx)  # exhausted: the next step's detection retires it
+                continue
+            new_best = ctx.state.best is not None and ctx.state.best.cid == event.candidate
+            _commit(ctx, f"{event.candidate} {team.id}: {event.status} "
+                    + (f"{event.speedup:.2f}x" if event.speedup else event.message[:80])
+                    + (" (new best)" if new_best else "") + f" [{event.idea[:100]}]")
+            return {"dispatched": event.candidate}
+        return {"stop": "search space exhausted: no team has anything left to try"}
+
+    g = StateGraph(Step)
+    for name, fn in [("observe", observe), ("detect", detect), ("diagnose", diagnose_node),
+                     ("restructure", restructure), ("dispatch", dispatch)]:
+        g.add_node(name, fn)
+    g.add_edge(START, "observe")
+    g.add_conditional_edges("observe", lambda s: END if s.get("stop") else "detect")
+    g.add_conditional_edges("detect", lambda s: "diagnose" if s["plateaus"] else "dispatch")
+    g.add_edge("diagnose", "restructure")
+    g.add_edge("restructure", "dispatch")
+    g.add_edge("dispatch", END)
+    return g
+
+
+def run(ctx: RunContext) -> str:
+    """Step the supervisor until a budget or the search runs out; returns why it stopped."""
+    ctx.ws.paths.state.mkdir(exist_ok=True)
+    conn = sqlite3.connect(ctx.ws.paths.checkpoint, check_same_thread=False)
+    try:
+        graph = build_graph(ctx).compile(checkpointer=SqliteSaver(conn))
+        cfg = {"configurable": {"thread_id": "supervisor"}}
+        snap = graph.get_state(cfg)
+        n = snap.values.get("step", 0) if snap.values else 0
+        if snap.next:  # the last step was cut short: finish it first
+            out = graph.invoke(None, cfg, durability="sync")
+            if out.get("stop"):
+                return out["stop"]
+        while True:
+            n += 1
+            out = graph.invoke({"step": n, "stop": None, "plateaus": [], "diagnoses": [],
+                                "dispatched": None}, cfg, durability="sync")
+            if out.get("stop"):
+                return out["stop"]
+    finally:
+        conn.close()

@@ -1,0 +1,127 @@
+"""Teams: presets from teams/*.yaml, and one team's loop: plan -> implement -> evaluate -> reflect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from eat.context import RunContext
+from eat.errors import BadInput
+from eat.events import CandidateEvaluated
+from eat.runners.base import Evaluation
+from eat.state import Team
+from eat.workspace import write_atomic
+
+TEAMS_DIR = Path(__file__).resolve().parent.parent / "teams"
+SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "python": "candidate.py",
+                "triton": "candidate.py", "hip": "candidate.hip", "mlx": "candidate.py"}
+
+
+class Role(BaseModel):
+    """A member of a team: a prompt plus an agent kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["planner", "coder", "debugger", "profiler", "reviewer"]
+    agent: Literal["offline", "llm", "external"] = Field("offline", description="Agent kind.")
+    model: str | None = Field(None, description="Model for this role (llm agents only).")
+    prompt: str | None = Field(None, description="Prompt template file (llm agents only).")
+
+
+class TeamSpec(BaseModel):
+    """A team preset (teams/<name>.yaml)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Preset name; team ids are '<name>-<n>'.")
+    description: str = Field(description="One line for people.")
+    strategy: Literal["coordinate", "explorer", "refiner"] = Field(
+        description="How the offline agent searches.")
+    directive: str = Field(description="What the team is told to do.")
+    roles: list[Role] = Field(min_length=1)
+    share: float = Field(1.0, gt=0, description="Relative budget share.")
+
+
+def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
+    """Every preset in `folder`, by name; a malformed file is a BadInput naming it."""
+    presets = {}
+    for file in sorted(folder.glob("*.yaml")):
+        try:
+            spec = TeamSpec.model_validate(yaml.safe_load(file.read_text()))
+        except (yaml.YAMLError, ValidationError) as e:
+            raise BadInput(f"{file}: {' '.join(str(e).split())[:300]}") from None
+        presets[spec.name] = spec
+    if not presets:
+        raise BadInput(f"{folder}: no team presets (*.yaml)")
+    return presets
+
+
+def pick_team(ctx: RunContext) -> Team | None:
+    """The active, non-exhausted team furthest below its budget share."""
+    teams = [t for t in ctx.state.active_teams() if not t.exhausted]
+    return min(teams, key=lambda t: (t.evals / t.share, t.id), default=None)
+
+
+def step(team: Team, ctx: RunContext) -> CandidateEvaluated | None:
+    """One turn of a team; None when its agent has nothing left to try (team exhausted)."""
+    # plan + implement: the agent picks an idea and writes the source
+    proposal = ctx.agent_for(team).propose(team, ctx.state)
+    if proposal is None:
+        team.exhausted = True
+        return None
+    # evaluate
+    cid = ctx.state.next_candidate_id()
+    ev = ctx.runner.evaluate(ctx.target, proposal.source, config=ctx.eval_config)
+    source_name = SOURCE_NAMES.get(ctx.target.language, "candidate.txt")
+    meta = {"team": team.id, "idea": proposal.idea, "knobs": proposal.knobs,
+            "parent": proposal.parent}
+    ctx.ws.write_candidate(team.id, cid, {source_name: proposal.source,
+                                          "meta.json": json.dumps(meta, indent=2)},
+                           ev.model_dump(mode="json"))
+    event = ctx.record(evaluated_event(cid, meta, ev))
+    # reflect
+    if ctx.state.best and ctx.state.best.cid == cid:
+        ctx.ws.set_best(team.id, cid)
+    write_notes(team, ctx)
+    return event
+
+
+def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
+    """The log's record of an evaluation (also rebuilt from disk by crash recovery)."""
+    noise = None
+    if ev.ok and ev.workloads:
+        spreads = sorted(w.candidate.iqr_s / w.candidate.median_s for w in ev.workloads)
+        noise = spreads[len(spreads) // 2]
+    best_w = max(ev.workloads, key=lambda w: w.gflops or 0.0, default=None)
+    return CandidateEvaluated(
+        candidate=cid, team=meta["team"], idea=meta.get("idea", ""),
+        knobs=meta.get("knobs", {}), parent=meta.get("parent"), source_hash=ev.source_hash,
+        status=ev.status, speedup=ev.speedup, noise=noise, message=ev.message[:500],
+        gflops=best_w.gflops if best_w else None,
+        vendor_gflops=best_w.vendor_gflops if best_w else None)
+
+
+def write_notes(team: Team, ctx: RunContext) -> None:
+    """The team's NOTES.md and team.yaml: directive, strategy, best, recent attempts."""
+    paths = ctx.ws.paths
+    recent = [c for c in reversed(ctx.state.recent) if c.team == team.id][:10]
+    best = team.best
+    lines = [f"# Team {team.id}", "", f"- preset: {team.preset}", f"- strategy: {team.strategy}",
+             f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
+             f"- directive: {team.directive}",
+             f"- evaluations: {team.evals}, since last improvement: {team.since_improvement}",
+             f"- best: {best.cid} at {best.estimate:.2f}x" if best and best.estimate
+             else "- best: none yet", "", "## Recent attempts", ""]
+    for c in recent:
+        result = f"{c.estimate:.2f}x" if c.estimate else c.status
+        knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.items())
+        lines.append(f"- {c.cid}: {result} ({knobs})")
+    write_atomic(paths.team_notes(team.id), "\n".join(lines) + "\n")
+    spec = {"id": team.id, "preset": team.preset, "strategy": team.strategy,
+            "directive": team.directive, "share": team.share, "state": team.state,
+            "start_from": team.start_from}
+    write_atomic(paths.team_spec(team.id), yaml.safe_dump(spec, sort_keys=False))

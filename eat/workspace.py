@@ -1,0 +1,261 @@
+"""The workspace on disk: every path defined once, atomic writes, the event log, the lock, git.
+
+The files are the truth. history.jsonl is append-only; a torn last line (the process died
+mid-write) is detected and dropped on resume, any other damage is refused. history.jsonl and
+EVOLUTION.md grow with the run and are kept out of git (a blob per commit would make the
+repository grow with the square of the run's length); `git log` carries the same story.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import git
+
+from eat.config import RunConfig, dump_config, load_config
+from eat.errors import BadInput
+from eat.events import Event, describe, parse_event
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "workspace_template"
+GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md"]
+
+
+class Paths:
+    """Every file and folder of a workspace."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.config = self.root / "eat.toml"
+        self.learning = self.root / "LEARNING.md"
+        self.evolution = self.root / "EVOLUTION.md"
+        self.history = self.root / "history.jsonl"
+        self.readme = self.root / "README.md"
+        self.teams = self.root / "teams"
+        self.best = self.root / "best"
+        self.state = self.root / ".eat"            # machine state, rebuilt from the files
+        self.lock = self.state / "lock"
+        self.checkpoint = self.state / "supervisor.sqlite"
+
+    def team(self, team: str) -> Path:
+        return self.teams / team
+
+    def team_spec(self, team: str) -> Path:
+        return self.team(team) / "team.yaml"
+
+    def team_notes(self, team: str) -> Path:
+        return self.team(team) / "NOTES.md"
+
+    def candidate(self, team: str, cid: str) -> Path:
+        return self.team(team) / "candidates" / cid
+
+    def result(self, team: str, cid: str) -> Path:
+        return self.candidate(team, cid) / "result.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` so a reader (or a crash) sees the old or the new content, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Workspace:
+    """One run's folder. Open it with `create` or `open`; write only while holding `lock()`."""
+
+    def __init__(self, root: Path):
+        self.paths = Paths(root)
+        self.seq = 0
+        self._repo: git.Repo | None = None
+
+    # -- creating and opening -----------------------------------------------------------------
+
+    @classmethod
+    def create(cls, root: Path, config: RunConfig) -> Workspace:
+        """Lay out a new workspace from workspace_template/; refuses a non-empty folder."""
+        root = Path(root)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise BadInput(f"{root}: already exists and is not empty (use `eat resume`)")
+        shutil.copytree(TEMPLATE, root, dirs_exist_ok=True)
+        ws = cls(root)
+        p = ws.paths
+        p.state.mkdir(exist_ok=True)
+        p.teams.mkdir(exist_ok=True)
+        write_atomic(p.config, dump_config(config))
+        p.history.touch()
+        write_atomic(root / ".gitignore", "\n".join(GIT_IGNORED) + "\n")
+        repo = git.Repo.init(root)
+        with repo.config_writer() as cw:
+            cw.set_value("user", "name", "eat")
+            cw.set_value("user", "email", "eat@localhost")
+            cw.set_value("gc", "auto", "0")  # no pauses mid-run; `git gc` runs at stop
+        ws._repo = repo
+        return ws
+
+    @classmethod
+    def open(cls, root: Path) -> Workspace:
+        """An existing workspace; raises BadInput when the folder is not one."""
+        ws = cls(Path(root))
+        p = ws.paths
+        if not p.root.is_dir():
+            raise BadInput(f"{p.root}: no such workspace")
+        for required in (p.config, p.history):
+            if not required.is_file():
+                raise BadInput(f"{p.root}: not an eat workspace ({required.name} is missing)")
+        return ws
+
+    def config(self) -> RunConfig:
+        return load_config(self.paths.config)
+
+    def save_config(self, config: RunConfig) -> None:
+        write_atomic(self.paths.config, dump_config(config))
+
+    # -- the lock -----------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self):
+        """Hold the workspace for writing; a second eat process gets a clear BadInput."""
+        self.paths.state.mkdir(exist_ok=True)
+        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                raise BadInput(f"{self.paths.root}: in use by another eat process "
+                               f"(pid {holder}); stop it first") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            stale = self.paths.root / ".git" / "index.lock"
+            if stale.exists():  # git was killed with us; nobody else writes this repository
+                stale.unlink()
+            yield self
+        finally:
+            os.close(fd)  # closing releases the flock; the kernel does it on kill -9 too
+
+    def is_locked(self) -> bool:
+        """Whether some process holds the lock now (for `eat status`)."""
+        if not self.paths.lock.exists():
+            return False
+        fd = os.open(self.paths.lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    # -- the event log ------------------------------------------------------------------------
+
+    def read_events(self) -> tuple[list[Event], int]:
+        """All events, and the byte length of the valid prefix (shorter if the tail is torn).
+
+        Raises BadInput when a line other than the last is damaged or seqs are out of order.
+        """
+        data = self.paths.history.read_bytes()
+        events: list[Event] = []
+        good = 0
+        lines = data.split(b"\n")
+        for i, raw in enumerate(lines):
+            last = i == len(lines) - 1 or (i == len(lines) - 2 and lines[-1] == b"")
+            if not raw.strip():
+                if not last:
+                    raise BadInput(f"{self.paths.history}: line {i + 1} is empty")
+                continue
+            try:
+                ev = parse_event(raw)
+                complete = i < len(lines) - 1  # a line counts only once its newline is written
+            except ValueError:
+                ev, complete = None, False
+            if ev is None or not complete:
+                if last:
+                    break  # torn by a crash mid-write: dropped
+                raise BadInput(f"{self.paths.history}: line {i + 1} is damaged; the workspace "
+                               "needs repair by hand")
+            if ev.seq != len(events) + 1:
+                raise BadInput(f"{self.paths.history}: line {i + 1} has seq {ev.seq}, "
+                               f"expected {len(events) + 1}")
+            events.append(ev)
+            good += len(raw) + 1
+        return events, good
+
+    def load(self) -> list[Event]:
+        """Read the log for writing: drops a torn tail and sets the next seq."""
+        events, good = self.read_events()
+        if good < self.paths.history.stat().st_size:
+            with open(self.paths.history, "r+b") as f:
+                f.truncate(good)
+                os.fsync(f.fileno())
+        self.seq = len(events)
+        return events
+
+    def append(self, event: Event) -> Event:
+        """Give the event the next seq and make it durable before returning it."""
+        self.seq += 1
+        event.seq = self.seq
+        line = event.model_dump_json() + "\n"
+        with open(self.paths.history, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        text = describe(event)
+        if text:
+            with open(self.paths.evolution, "a") as f:
+                f.write(f"- `{event.seq:>5}` {text}\n")
+        return event
+
+    def render_evolution(self, events: list[Event]) -> None:
+        """Write EVOLUTION.md anew from the log (after a crash may have cut it short)."""
+        head = (TEMPLATE / "EVOLUTION.md").read_text()
+        lines = [f"- `{e.seq:>5}` {describe(e)}\n" for e in events if describe(e)]
+        write_atomic(self.paths.evolution, head + "".join(lines))
+
+    # -- files and history ----------------------------------------------------------------------
+
+    def write_candidate(self, team: str, cid: str, files: dict[str, str], result: dict) -> Path:
+        """Sources first, result.json last: a folder with a result.json is complete."""
+        folder = self.paths.candidate(team, cid)
+        if folder.exists():
+            shutil.rmtree(folder)  # left by a run that died before finishing it
+        for name, text in files.items():
+            write_atomic(folder / name, text)
+        write_atomic(folder / "result.json", json.dumps(result, indent=2))
+        return folder
+
+    def set_best(self, team: str, cid: str) -> None:
+        """Copy a candidate's folder to best/ (old best kept until the new one is complete)."""
+        src, dst = self.paths.candidate(team, cid), self.paths.best
+        tmp = dst.with_name(".best.tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        shutil.copytree(src, tmp)
+        (tmp / "CANDIDATE").write_text(f"{team}/{cid}\n")
+        old = dst.with_name(".best.old")
+        if old.exists():
+            shutil.rmtree(old)
+        if dst.exists():
+            os.replace(dst, old)
+        os.replace(tmp, dst)
+        if old.exists():
+            shutil.rmtree(old)
+
+    @property
+    def repo(self) -> git.Repo:
+        if self._repo is None:
+            self._repo = git.Repo(self.paths.root)
+        return self._repo
+
+    def commit(self, message: str, paths: list[Path] | None = None) -> None:
+        """Commit `paths` (default: everything tracked or new) with `message`."""
+        rel = [str(p.relative_to(self.paths.root)) for p in paths or [] if p.exists()]
+        self.repo.git.add("-A", "--", *(rel or ["."]))
+        self.repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
