@@ -114,8 +114,8 @@ class Runner(Protocol):
 
     name: str
 
-    def unavailable(self) -> str | None:
-        """Why this runner cannot run here (one line), or None when it can."""
+    def unavailable(self, target: Target | None = None) -> str | None:
+        """Why this runner cannot run `target` (or anything) here, in one line; None if it can."""
 
     def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
                  workdir: Path | None = None) -> Evaluation:

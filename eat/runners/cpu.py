@@ -204,7 +204,8 @@ class CpuRunner:
         if run.timed_out:
             return {"status": "timeout", "message": f"killed after the {cfg.timeout_s:g} s "
                     f"wall-clock limit ({job['mode']})"}, run
-        if run.signal_name in ("SIGXCPU",):
+        # SIGXCPU at the soft CPU limit; SIGKILL at the hard one when SIGXCPU was caught.
+        if run.signal_name in ("SIGXCPU", "SIGKILL"):
             return {"status": "timeout", "message": f"exceeded the {cfg.cpu_s} s CPU-time "
                     f"limit ({job['mode']})"}, run
         if run.signal_name:

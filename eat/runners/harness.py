@@ -55,49 +55,78 @@ def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
     return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
-class Case:
-    """One workload and seed: inputs, expected outputs, output buffers and the call's arguments."""
+class Workload:
+    """One workload: its input sets (one per seed) with expected outputs, and one set of buffers.
 
-    def __init__(self, job: dict, workload: dict, seed: int, ref_mod):
+    Every call goes through the same buffers, the seed's inputs copied in and the outputs
+    poisoned first, so a candidate that keys saved results on buffer addresses is caught.
+    """
+
+    def __init__(self, job: dict, workload: dict, seeds: int, ref_mod):
         params, shapes = workload["params"], workload["shapes"]
         self.params = params
-        rng = np.random.default_rng(seed)
-        made = {}
-        if job["reference"].get("inputs"):
-            made = getattr(ref_mod, job["reference"]["inputs"])(rng, **params)
+        self.label = ", ".join(f"{k}={v}" for k, v in params.items())
         self.inputs, self.outputs, self.values = {}, {}, {}
         for a in job["args"]:
-            dtype = _DTYPES[a["ctype"]]
             if not a["pointer"]:
                 self.values[a["name"]] = params[a["name"]]
                 continue
-            arr = aligned_empty(tuple(shapes[a["name"]]), dtype)
-            if a["const"]:
-                src = made.get(a["name"])
-                if src is None:
-                    src = (rng.random(arr.shape) * 2 - 1) if arr.dtype.kind == "f" \
-                        else rng.integers(0, 100, arr.shape)
-                arr[...] = np.asarray(src).reshape(arr.shape)
-                self.inputs[a["name"]] = arr
-            else:
-                self.outputs[a["name"]] = arr
+            arr = aligned_empty(tuple(shapes[a["name"]]), _DTYPES[a["ctype"]])
+            (self.inputs if a["const"] else self.outputs)[a["name"]] = arr
             self.values[a["name"]] = arr
-        self.saved = {k: v.copy() for k, v in self.inputs.items()}
+        self.sets = [self._make_set(job, ref_mod, seed) for seed in range(seeds)]
+        self.c_args = tuple(
+            ctypes.c_void_p(v.ctypes.data) if isinstance(v, np.ndarray)
+            else _CTYPES[a["ctype"]](v) for a, v in zip(job["args"], self.values.values()))
+
+    def _make_set(self, job: dict, ref_mod, seed: int) -> dict:
+        rng = np.random.default_rng(seed)
+        made = {}
+        if job["reference"].get("inputs"):
+            made = getattr(ref_mod, job["reference"]["inputs"])(rng, **self.params)
+        inputs = {}
+        for name, buf in self.inputs.items():
+            src = made.get(name)
+            if src is None:
+                src = (rng.random(buf.shape) * 2 - 1) if buf.dtype.kind == "f" \
+                    else rng.integers(0, 100, buf.shape)
+            inputs[name] = np.ascontiguousarray(np.asarray(src).reshape(buf.shape),
+                                                dtype=buf.dtype)
+        saved = {k: v.copy() for k, v in inputs.items()}
         ref_fn = getattr(ref_mod, job["reference"]["function"])
-        got = ref_fn(**{k: v for k, v in self.values.items() if k not in self.outputs})
+        got = ref_fn(**inputs, **{k: v for k, v in self.values.items()
+                                  if not isinstance(v, np.ndarray)})
         if len(self.outputs) == 1 and not isinstance(got, (dict, tuple, list)):
             got = {next(iter(self.outputs)): got}
         elif isinstance(got, (tuple, list)):
             got = dict(zip(self.outputs, got))
-        self.expected = {k: np.asarray(got[k], dtype=v.dtype).reshape(v.shape)
-                         for k, v in self.outputs.items()}
-        for k in self.inputs:
-            if not np.array_equal(self.inputs[k], self.saved[k]):
+        for k in inputs:
+            if not np.array_equal(inputs[k], saved[k]):
                 raise RuntimeError(f"the reference modified its input {k}")
-        self.c_args = tuple(
-            ctypes.c_void_p(v.ctypes.data) if isinstance(v, np.ndarray)
-            else _CTYPES[a["ctype"]](v) for a, v in zip(job["args"], self.values.values()))
-        self.label = ", ".join(f"{k}={v}" for k, v in params.items())
+        expected = {k: np.asarray(got[k], dtype=v.dtype).reshape(v.shape)
+                    for k, v in self.outputs.items()}
+        return {"inputs": inputs, "expected": expected}
+
+    def load(self, i: int) -> None:
+        """Set up a call on input set `i`: inputs copied into the buffers, outputs poisoned."""
+        for k, buf in self.inputs.items():
+            np.copyto(buf, self.sets[i]["inputs"][k])
+        for out in self.outputs.values():
+            poison(out)
+
+    def check_inputs(self, i: int, when: str) -> None:
+        for k, buf in self.inputs.items():
+            if not np.array_equal(buf, self.sets[i]["inputs"][k], equal_nan=True):
+                raise Outcome("rejected", f"the candidate modified its input {k} ({when}, "
+                              f"{self.label})", workload=self.params)
+
+    def check_outputs(self, i: int, tol: dict, when: str) -> None:
+        for k, out in self.outputs.items():
+            bad: Mismatch | None = compare(out, self.sets[i]["expected"][k], tol["rtol"],
+                                           tol["atol"])
+            if bad:
+                raise Outcome("incorrect", f"output {k} wrong ({when}, {self.label}): "
+                              f"{bad.summary}", workload=self.params, output=k, **bad.as_dict())
 
 
 def _bind(path: str, job: dict):
@@ -113,41 +142,24 @@ def _bind(path: str, job: dict):
     return fn
 
 
-def _check_inputs(case: Case, when: str) -> None:
-    for k, arr in case.inputs.items():
-        if not np.array_equal(arr, case.saved[k], equal_nan=True):
-            raise Outcome("rejected", f"the candidate modified its input {k} ({when}, "
-                          f"{case.label})", workload=case.params)
-
-
-def _check_outputs(case: Case, tol: dict, when: str) -> None:
-    for k, out in case.outputs.items():
-        bad: Mismatch | None = compare(out, case.expected[k], tol["rtol"], tol["atol"])
-        if bad:
-            raise Outcome("incorrect", f"output {k} wrong ({when}, {case.label}): {bad.summary}",
-                          workload=case.params, output=k, **bad.as_dict())
-
-
-def verify(job: dict, cases: list[list[Case]], fn) -> dict:
+def verify(job: dict, workloads: list[Workload], fn) -> dict:
     tol = job["tolerance"]
-    for w_cases in cases:
-        for seed, case in enumerate(w_cases):
-            for out in case.outputs.values():
-                poison(out)
+    for w in workloads:
+        for seed in range(len(w.sets)):
+            w.load(seed)
             t0 = time.perf_counter()
-            fn(*case.c_args)
+            fn(*w.c_args)
             took = time.perf_counter() - t0
-            snapshot = {k: v.copy() for k, v in case.outputs.items()}
-            _check_inputs(case, f"seed {seed}")
+            snapshot = {k: v.copy() for k, v in w.outputs.items()}
+            w.check_inputs(seed, f"seed {seed}")
             # Work finishing after the call returned (a detached thread) shows up as a change.
             time.sleep(min(0.02, max(0.002, 2 * took)))
-            for k, out in case.outputs.items():
+            for k, out in w.outputs.items():
                 if not np.array_equal(out, snapshot[k], equal_nan=True):
                     raise Outcome("rejected", f"output {k} kept changing after the call returned "
-                                  f"({case.label}): work escaped the call",
-                                  workload=case.params)
-            _check_inputs(case, f"seed {seed}, after return")
-            _check_outputs(case, tol, f"seed {seed}")
+                                  f"({w.label}): work escaped the call", workload=w.params)
+            w.check_inputs(seed, f"seed {seed}, after return")
+            w.check_outputs(seed, tol, f"seed {seed}")
     return {"status": "ok", "message": "verified"}
 
 
@@ -158,12 +170,16 @@ class _CpuWatch:
         self.extra_ns = 0
         self.wall_ns = 0
 
+    # The thread clock is read first at both ends: with RLIMIT_CPU set, the kernel samples the
+    # process clock late, and the other order reads a steady bias as background CPU.
     def __enter__(self):
-        self._p, self._t, self._w = time.process_time_ns(), time.thread_time_ns(), \
-            time.perf_counter_ns()
+        self._t = time.thread_time_ns()
+        self._p = time.process_time_ns()
+        self._w = time.perf_counter_ns()
 
     def __exit__(self, *exc):
-        self.extra_ns += (time.process_time_ns() - self._p) - (time.thread_time_ns() - self._t)
+        t = time.thread_time_ns()
+        self.extra_ns += (time.process_time_ns() - self._p) - (t - self._t)
         self.wall_ns += time.perf_counter_ns() - self._w
 
 
@@ -172,7 +188,7 @@ def _stat(samples: list[float]) -> dict:
     return {"median_s": float(med), "iqr_s": float(q3 - q1), "n": len(samples)}
 
 
-def time_all(job: dict, cases: list[list[Case]], fn, base_fn, vendor_fn) -> dict:
+def time_all(job: dict, workloads: list[Workload], fn, base_fn, vendor_fn) -> dict:
     cfg, tol = job["config"], job["tolerance"]
     flush = None
     if cfg["flush_cache"]:
@@ -180,43 +196,42 @@ def time_all(job: dict, cases: list[list[Case]], fn, base_fn, vendor_fn) -> dict
     watch = _CpuWatch()
     results = []
 
-    def run(kind: str, case: Case) -> float:
-        for out in case.outputs.values():
-            poison(out)
+    def run(kind: str, w: Workload, i: int) -> float:
+        w.load(i)
         if flush is not None:
             np.add(flush, 1, out=flush)
         if kind == "candidate":
             t0 = time.perf_counter_ns()
-            fn(*case.c_args)
+            fn(*w.c_args)
             t1 = time.perf_counter_ns()
         else:
             with watch:
                 t0 = time.perf_counter_ns()
                 if kind == "baseline":
-                    base_fn(*case.c_args)
+                    base_fn(*w.c_args)
                 else:
-                    vendor_fn(**case.values)
+                    vendor_fn(**w.values)
                 t1 = time.perf_counter_ns()
         return (t1 - t0) / 1e9
 
     kinds = ["candidate"] + (["baseline"] if base_fn else []) + (["vendor"] if vendor_fn else [])
-    for w_cases in cases:
+    for w in workloads:
         samples = {k: [] for k in kinds}
-        for i in range(cfg["warmup"]):
+        for r in range(cfg["warmup"]):
             for kind in kinds:
-                run(kind, w_cases[i % len(w_cases)])
+                run(kind, w, r % len(w.sets))
         start = time.perf_counter()
         r = 0
         while r < cfg["max_repeats"]:
             if r >= cfg["min_repeats"] and time.perf_counter() - start > cfg["budget_s"]:
                 break
-            case = w_cases[r % len(w_cases)]
+            i = r % len(w.sets)
             # Rotating the order keeps drift and cache state from favouring one implementation.
             for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
-                samples[kind].append(run(kind, case))
+                samples[kind].append(run(kind, w, i))
                 if kind == "candidate":
-                    _check_inputs(case, f"timed call {r}")
-                    _check_outputs(case, tol, f"timed call {r}")
+                    w.check_inputs(i, f"timed call {r}")
+                    w.check_outputs(i, tol, f"timed call {r}")
             r += 1
         results.append({k: _stat(v) for k, v in samples.items()})
     with watch:
@@ -225,7 +240,7 @@ def time_all(job: dict, cases: list[list[Case]], fn, base_fn, vendor_fn) -> dict
         raise Outcome("rejected", f"background threads used {watch.extra_ns / 1e6:.1f} ms of CPU "
                       "while the candidate was not running", extra_cpu_s=watch.extra_ns / 1e9)
     return {"status": "ok", "message": "timed", "workloads": results,
-            "extra_cpu_s": watch.extra_ns / 1e9}
+            "extra_cpu_s": max(0.0, watch.extra_ns / 1e9)}
 
 
 def main() -> None:
@@ -236,8 +251,7 @@ def main() -> None:
     phase = "setup"
     try:
         ref_mod = _load_py(job["reference"]["file"], "reference")
-        cases = [[Case(job, w, seed, ref_mod) for seed in range(job["config"]["seeds"])]
-                 for w in job["workloads"]]
+        workloads = [Workload(job, w, job["config"]["seeds"], ref_mod) for w in job["workloads"]]
         base_fn = vendor_fn = None
         if job["mode"] == "time":
             if job.get("cpu") is not None:
@@ -249,13 +263,16 @@ def main() -> None:
                                     job["vendor"]["function"])
         if job.get("lock_down", True):
             why = lock_down()
+            if why and os.geteuid() == 0:
+                # As root RLIMIT_NPROC does not hold: without the filter nothing stops a fork bomb.
+                raise RuntimeError(f"cannot contain candidates as root: {why}")
             if why:
-                print(f"eat harness: {why}", file=sys.stderr)
+                print(f"eat harness: {why}; relying on RLIMIT_NPROC", file=sys.stderr)
         phase = "candidate"
         fn = _bind(job["candidate_lib"], job)
         gc.disable()
-        result = verify(job, cases, fn) if job["mode"] == "verify" else \
-            time_all(job, cases, fn, base_fn, vendor_fn)
+        result = verify(job, workloads, fn) if job["mode"] == "verify" else \
+            time_all(job, workloads, fn, base_fn, vendor_fn)
     except Outcome as o:
         result = {"status": o.status, "message": o.message, "detail": o.detail}
     except Exception:

@@ -1,0 +1,38 @@
+"""Setup shared by every test."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def eat_cache_dir(tmp_path_factory):
+    """EAT_CACHE_DIR points at a fresh folder for the session: builds and locks stay out of ~."""
+    path = tmp_path_factory.mktemp("eat-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EAT_CACHE_DIR", str(path))
+        yield path
+
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+QUICK_EVALUATION = """
+[evaluation]
+seeds = 2
+warmup = 1
+min_repeats = 3
+max_repeats = 5
+budget_s = 0.05
+timeout_s = 30
+"""
+
+
+@pytest.fixture
+def quick_matmul(tmp_path):
+    """A copy of examples/cpu_matmul whose harness checks less and times briefly (tests only)."""
+    import shutil
+
+    dst = tmp_path / "cpu_matmul"
+    shutil.copytree(EXAMPLES / "cpu_matmul", dst)
+    with open(dst / "target.toml", "a") as f:
+        f.write(QUICK_EVALUATION)
+    return dst
