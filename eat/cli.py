@@ -174,12 +174,12 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
           seed: int = typer.Option(0, "--seed", help="Seed of the offline agents' choices.")):
     """Start a run on a target in a new workspace."""
-    from eat.config import RunConfig
+    from eat.config import make_config
     from eat.run import start_run
 
     budgets = {k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
                                  ("max_cost_usd", max_cost)] if v is not None}
-    shown = RunConfig(target=str(target), **budgets)
+    shown = make_config(target=str(target), **budgets)
     _run_with_progress(start_run, target, workspace, model=model, seed=seed,
                        shown_evals=shown.max_evals, shown_time=shown.max_time_s, **budgets)
 

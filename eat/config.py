@@ -46,6 +46,19 @@ class RunConfig(BaseModel):
     plateau: PlateauConfig = PlateauConfig()
 
 
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    return f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
+
+
+def make_config(**fields) -> RunConfig:
+    """A RunConfig from options; raises BadInput naming the bad option."""
+    try:
+        return RunConfig.model_validate(fields)
+    except ValidationError as e:
+        raise BadInput(f"option {_first_error(e)}") from None
+
+
 def load_config(path: Path) -> RunConfig:
     """Read eat.toml; raises BadInput naming the file and the field."""
     if not path.is_file():
@@ -55,8 +68,7 @@ def load_config(path: Path) -> RunConfig:
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{path}: not valid TOML: {e}") from None
     except ValidationError as e:
-        err = e.errors()[0]
-        raise BadInput(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        raise BadInput(f"{path}: {_first_error(e)}") from None
 
 
 def dump_config(config: RunConfig) -> str:

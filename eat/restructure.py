@@ -62,21 +62,24 @@ def _new_team_id(state: RunState, preset: str) -> str:
     return f"{preset}-{len(state.teams) + 1}"
 
 
-def _weakest(state: RunState, exclude: set[str]) -> Team | None:
+def _weakest(state: RunState, exclude: set[str], young: int) -> Team | None:
+    """The active team with the weakest best, among those that had `young` turns to show one."""
     teams = [t for t in state.active_teams() if t.id not in exclude]
-    return min(teams, key=lambda t: t.best_estimate or 0.0, default=None)
+    return min(teams, key=lambda t: (t.evals < young, t.best_estimate or 0.0), default=None)
 
 
 def _forked_already(state: RunState, cid: str) -> bool:
     return any(t.start_from == cid and t.strategy == "refiner" for t in state.active_teams())
 
 
-def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int) -> list[Operation]:
+def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
+           young: int = 4) -> list[Operation]:
     """Operations for a step's diagnoses, at most one decision per team; one team stays active.
 
     A fork restarts a refiner team around the elite; when one already searches there, a new
     explorer is spawned instead. A team-level fork or spawn replaces the stalled team; a
-    run-level fork also doubles the budget share of the team that found the elite.
+    run-level fork also doubles the budget share of the team that found the elite. Making room
+    retires the weakest team that has had `young` turns, before any newer one.
     """
     ops: list[Operation] = []
     touched: set[str] = set()
@@ -101,7 +104,8 @@ def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int) -> list[
         if remedy in ("spawn", "fork"):
             # A team-level replacement retires the stalled team below, freeing its place.
             if active >= max_teams + (p.team is not None):
-                worst = _weakest(state, touched | {p.team} | ({elite.team} if elite else set()))
+                worst = _weakest(state, touched | {p.team} | ({elite.team} if elite else set()),
+                                 young)
                 if worst is None:
                     continue
                 ops.append(Operation("retire", f"making room for a new team: {worst.id} has "

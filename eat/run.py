@@ -10,7 +10,7 @@ from typing import Callable
 
 from eat import learning, supervisor
 from eat.agents.offline import OfflineAgent
-from eat.config import RunConfig
+from eat.config import RunConfig, make_config
 from eat.context import RunContext
 from eat.errors import BadInput, RunnerUnavailable
 from eat.events import Event, RunResumed, RunStarted, RunStopped, TeamSpawned
@@ -52,7 +52,7 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
               **overrides) -> tuple[Path, str]:
     """Create a workspace for the target and run it; returns (workspace, why it stopped)."""
     target = load_target(target_path)
-    config = RunConfig(target=str(Path(target_path).resolve()), **overrides)
+    config = make_config(target=str(Path(target_path).resolve()), **overrides)
     presets = load_presets()
     for name in config.teams:
         if name not in presets:
@@ -65,17 +65,26 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
         ctx = RunContext(ws=ws, state=RunState(config.plateau), target=target, runner=runner,
                          config=config, presets=presets, make_agent=make_agent,
                          eval_config=eval_config, on_event=on_event or (lambda e, s: None))
+        _begin(ctx)
+        return ws.paths.root, _loop(ctx)
+
+
+def _begin(ctx: RunContext) -> None:
+    """Record the run's start and its first teams (also when a crash cut `start` short)."""
+    config, target = ctx.config, ctx.target
+    if ctx.state.seq == 0:
         ctx.record(RunStarted(target=target.name, target_path=config.target,
                               model=config.model, config=config.model_dump(mode="json")))
-        for i, name in enumerate(config.teams):
-            p = presets[name]
-            ctx.record(TeamSpawned(team=f"{p.name}-{i + 1}", preset=p.name, strategy=p.strategy,
-                                   directive=p.directive, share=p.share, seed=config.seed + i))
-        for team in ctx.state.teams.values():
-            write_notes(team, ctx)
-        learning.update(ws.paths.learning, ctx.state, target)
-        ws.commit(f"run started on {target.name}: teams {', '.join(ctx.state.teams)}")
-        return ws.paths.root, _loop(ctx)
+    for i, name in enumerate(config.teams):
+        p = ctx.presets[name]
+        if f"{p.name}-{i + 1}" not in ctx.state.teams:
+            ctx.record(TeamSpawned(team=f"{p.name}-{i + 1}", preset=p.name,
+                                   strategy=p.strategy, directive=p.directive, share=p.share,
+                                   seed=config.seed + i))
+    for team in ctx.state.teams.values():
+        write_notes(team, ctx)
+    learning.update(ctx.ws.paths.learning, ctx.state, target)
+    ctx.ws.commit(f"run started on {target.name}: teams {', '.join(ctx.state.teams)}")
 
 
 def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] | None = None,
@@ -87,19 +96,20 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
         config = ws.config()
         changed = {k: v for k, v in budgets.items() if v is not None}
         if changed:
-            config = config.model_copy(update=changed)
-            RunConfig.model_validate(config.model_dump())
+            config = make_config(**(config.model_dump() | changed))
             ws.save_config(config)
         target = load_target(config.target)
         make_agent = _make_agent_factory(config, target)
         runner = _runner_for(target, runner)
         events = ws.load()
-        if not any(e.type == "run_started" for e in events):
-            raise BadInput(f"{ws.paths.root}: history.jsonl has no run_started event")
         state = RunState.from_events(events, config.plateau)
         ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
                          presets=load_presets(), make_agent=make_agent, eval_config=eval_config,
                          on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s)
+        if events and events[0].type != "run_started":
+            raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
+        if ctx.state.evaluations == 0:
+            _begin(ctx)  # in case `eat start` died before it had recorded its teams
         recovered = _recover(ctx)
         ws.render_evolution(ws.read_events()[0])
         ctx.record(RunResumed(recovered=recovered))

@@ -198,7 +198,8 @@ class RunState:
 
     def _rank(self, c: Candidate) -> None:
         self.leaders = [x for x in self.leaders if x is not c and x.estimate is not None]
-        self.leaders.append(c)
+        if c.estimate is not None:
+            self.leaders.append(c)
         self.leaders.sort(key=lambda x: -x.estimate)
         del self.leaders[LEADERS:]
 
@@ -220,9 +221,15 @@ class RunState:
         team = self.teams.get(c.team)
         if team and team.best is c and c.estimate is None:
             team.best = None
-        if self.best is not old_best and self.best is not None:
-            # The noisy elite stepped down: the run last improved when the new best arrived.
-            self.since_improvement = self.evaluations - self.best.index
+        if c is old_best:
+            # Measured against the elite's honest value, a later candidate may have been a real
+            # gain that the lucky first measurement hid: the run last improved with it.
+            ref, threshold, last = c.estimate, self.threshold(), None
+            for x in self.recent:
+                if x.index > c.index and _better(x.estimate, ref, threshold):
+                    ref, last = x.estimate, x.index
+            if last is not None:
+                self.since_improvement = min(self.since_improvement, self.evaluations - last)
 
     def _restructured(self, e: Restructured) -> None:
         self.restructures += 1

@@ -88,7 +88,7 @@ def build_graph(ctx: RunContext) -> StateGraph:
     def restructure(s: Step) -> Step:
         found = [Diagnosis(Plateau(**d["plateau"]), d["cause"], d["remedy"])
                  for d in s["diagnoses"]]
-        ops = decide(found, ctx.state, ctx.config.max_teams)
+        ops = decide(found, ctx.state, ctx.config.max_teams, ctx.config.plateau.team_window)
         messages = []
         for i, op in enumerate(ops):
             key = f"{s['at_seq']}:{i}"

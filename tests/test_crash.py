@@ -1,0 +1,66 @@
+"""kill -9 at random moments, then resume: nothing finished is lost, repeated or made worse."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from eat.state import RunState
+from eat.workspace import Workspace
+
+TOTAL = 14
+
+
+def _start(quick_matmul, ws):
+    if (ws / "history.jsonl").exists():
+        args = ["resume", str(ws), "--max-evals", str(TOTAL)]
+    else:  # killed before the workspace existed: nothing to resume yet
+        args = ["start", str(quick_matmul), "-w", str(ws), "--max-evals", str(TOTAL)]
+    return subprocess.Popen([sys.executable, "-m", "eat", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed):
+    ws = tmp_path / "ws"
+    rng = random.Random(seed)
+    snapshots = []
+    proc = _start(quick_matmul, ws)
+    for _ in range(4):
+        time.sleep(rng.uniform(0.5, 4.0))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if (ws / "history.jsonl").exists():
+            events, _ = Workspace.open(ws).read_events()   # parses, torn tail tolerated
+            snapshots.append(events)
+        proc = _start(quick_matmul, ws)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+
+    final, size = Workspace.open(ws).read_events()
+    assert size == (ws / "history.jsonl").stat().st_size   # no torn tail left behind
+    evaluated = [e for e in final if e.type == "candidate_evaluated"]
+    assert [e.candidate for e in evaluated] == [f"c{i:04d}" for i in range(1, TOTAL + 1)]
+    assert len({e.source_hash for e in evaluated}) == TOTAL          # none repeated
+    by_id = {e.candidate: e for e in evaluated}
+    for snap in snapshots:                                             # none lost
+        for e in snap:
+            if e.type == "candidate_evaluated":
+                assert by_id[e.candidate] == e
+    state = RunState.from_events(final)
+    for snap in snapshots:                                             # best never worse
+        before = RunState.from_events(snap).best
+        if before is not None:
+            assert state.best_speedup >= state.candidates[before.cid].estimate
+    assert (ws / "best" / "CANDIDATE").read_text().strip().endswith(state.best.cid)
+    assert not Workspace.open(ws).is_locked()
+    types = [e.type for e in final]
+    assert types.count("run_started") == 1 and types[-1] == "run_stopped"
+    assert types.count("run_resumed") >= 2            # the kills did land mid-run
+    assert len([s for s in snapshots if any(e.type == "candidate_evaluated" for e in s)]) >= 2

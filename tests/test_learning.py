@@ -1,0 +1,49 @@
+"""LEARNING.md: lessons cite candidates, people's notes survive, the cap holds by consolidation."""
+
+from pathlib import Path
+
+from eat.learning import BEGIN, END, render, update
+from eat.target import load_target
+from test_rules import History
+
+TARGET = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
+
+
+def grown_history(n: int) -> History:
+    h = History("coordinate-1")
+    orders = TARGET.knobs["LOOP_ORDER"].values
+    for i in range(n):
+        h.eval("coordinate-1", 1.0 + 0.1 * i, LOOP_ORDER=orders[i % len(orders)],
+               TILE=16 * (i % 4), CFLAGS="-O3")
+    return h
+
+
+def test_lessons_cite_candidates_and_knob_effects():
+    text = render(grown_history(6).state, TARGET)
+    assert "c0006 (team coordinate-1): 1.50x" in text
+    assert "LOOP_ORDER IJK -> IKJ" in text and "(c0002 over c0001)" in text
+    assert "LOOP_ORDER: best with KJI (1.50x, c0006)" in text
+    assert "untried knob values:" in text and "UNROLL=1" in text
+
+
+def test_size_cap_holds_by_consolidating_old_lessons_not_cutting_the_end():
+    h = grown_history(30)
+    full = render(h.state, TARGET, cap=100_000)
+    capped = render(h.state, TARGET, cap=2000)
+    assert len(capped) <= 2000 < len(full)
+    assert "consolidated: " in capped and "c0001" in capped   # old lessons still cited
+    assert capped.rstrip().endswith(full.rstrip().splitlines()[-1])  # the end is intact
+    assert "## Open hypotheses" in capped and "(c0030 over c0029)" in capped
+
+
+def test_update_keeps_what_people_wrote_outside_the_markers(tmp_path):
+    doc = tmp_path / "LEARNING.md"
+    doc.write_text(f"# Learning\n\nMy note: try AVX-512.\n\n{BEGIN}\nold\n{END}\n\nP.S. mine\n")
+    assert update(doc, grown_history(3).state, TARGET)
+    text = doc.read_text()
+    assert "My note: try AVX-512." in text and text.endswith("P.S. mine\n")
+    assert "old" not in text and "c0003" in text
+    assert not update(doc, grown_history(3).state, TARGET)   # unchanged state: no rewrite
+    doc.write_text("# Learning\n\nsomeone deleted the markers\n")
+    update(doc, grown_history(3).state, TARGET)
+    assert "someone deleted the markers" in doc.read_text() and BEGIN in doc.read_text()

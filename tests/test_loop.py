@@ -1,0 +1,143 @@
+"""The evolving-teams loop end to end on the real CPU runner, through functions and the CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eat.config import PlateauConfig
+from eat.errors import BadInput
+from eat.run import resume_run, run_status, start_run
+from eat.workspace import Workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def eat_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "eat", *args]
+
+
+def candidate_events(ws: Path):
+    return [e for e in Workspace.open(ws).read_events()[0] if e.type == "candidate_evaluated"]
+
+
+@pytest.mark.slow
+def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
+    ws = tmp_path / "ws"
+    seen = []
+    path, reason = start_run(quick_matmul, ws, max_evals=12, on_event=lambda e, s: seen.append(e),
+                             plateau=PlateauConfig(team_window=3, run_window=4, min_gain=0.3,
+                                                     score_after=3))
+    assert path == ws and reason == "evaluation budget reached (12 of 12)"
+    st = run_status(ws)
+    assert st["evaluations"] == 12 and not st["running"] and st["best_speedup"] > 2
+    assert {t["state"] for t in st["teams"]} <= {"active", "retired"}
+    assert st["tokens"] == {"prompt": 0, "completion": 0, "cached": 0} and st["cost_usd"] == 0
+    types = [e.type for e in seen]
+    assert types[0] == "run_started" and types[-1] == "run_stopped"
+    first_plateau = types.index("plateau_detected")
+    assert "restructured" in types[first_plateau:]
+    best = st["best_candidate"]
+    assert (ws / "best" / "CANDIDATE").read_text().strip().endswith(best)
+    assert json.loads((ws / "best" / "result.json").read_text())["status"] == "ok"
+    learning = (ws / "LEARNING.md").read_text()
+    assert best in learning and "## Dead ends" in learning
+    log = Workspace.open(ws).repo.git.log("--format=%s")
+    assert log.count("\n") + 1 >= 12 and "run started on cpu_matmul" in log
+
+    _, reason = resume_run(ws, max_evals=16)
+    assert reason == "evaluation budget reached (16 of 16)"
+    cands = candidate_events(ws)
+    assert [c.candidate for c in cands] == [f"c{i:04d}" for i in range(1, 17)]
+    assert len({c.source_hash for c in cands}) == 16
+    assert run_status(ws)["best_speedup"] >= st["best_speedup"] * 0.9
+
+    done = subprocess.run(eat_cmd("status", str(ws), "--json"), capture_output=True, text=True)
+    assert done.returncode == 0
+    data = json.loads(done.stdout)
+    assert {"best_speedup", "evaluations", "teams", "tokens", "cost_usd"} <= data.keys()
+    assert all({"id", "state"} <= t.keys() for t in data["teams"])
+    assert data["evaluations"] == 16
+
+
+def test_bad_inputs_exit_2_and_touch_nothing(tmp_path, quick_matmul):
+    keep = tmp_path / "used"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("precious")
+    for args, words in [
+        (("start", str(tmp_path / "nope")), "no such target folder"),
+        (("start", str(quick_matmul), "--workspace", str(keep)), "not empty"),
+        (("start", str(quick_matmul), "--model", "gpt-x", "-w", str(tmp_path / "w2")), "offline"),
+        (("resume", str(tmp_path / "nope")), "no such workspace"),
+        (("resume", str(keep)), "not an eat workspace"),
+        (("status", str(keep)), "not an eat workspace"),
+        (("start", str(quick_matmul), "--max-evals", "0", "-w", str(tmp_path / "w3")),
+         "max_evals"),
+    ]:
+        done = subprocess.run(eat_cmd(*args), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+    assert (keep / "mine.txt").read_text() == "precious" and len(list(keep.iterdir())) == 1
+    assert not (tmp_path / "w2").exists()
+
+
+def _damaged_workspace(tmp_path, quick_matmul) -> Path:
+    ws = tmp_path / "ws"
+    start_run(quick_matmul, ws, max_evals=2)
+    return ws
+
+
+@pytest.mark.slow
+def test_damaged_workspace_gives_a_clear_error(tmp_path, quick_matmul):
+    ws = _damaged_workspace(tmp_path, quick_matmul)
+    history = ws / "history.jsonl"
+    lines = history.read_text().splitlines(keepends=True)
+    lines[2] = lines[2][:15] + "\n"
+    history.write_text("".join(lines))
+    before = history.read_bytes()
+    for cmd in ("status", "resume"):
+        done = subprocess.run(eat_cmd(cmd, str(ws)), capture_output=True, text=True)
+        assert done.returncode == 2 and "line 3 is damaged" in done.stderr, done.stderr
+    assert history.read_bytes() == before      # nothing was "repaired" behind the user's back
+    (ws / "eat.toml").write_text("max_evals = 'many'\n")
+    with pytest.raises(BadInput, match="eat.toml"):
+        resume_run(ws)
+
+
+@pytest.mark.slow
+def test_lock_refuses_a_second_process_and_ctrl_c_stops_cleanly(tmp_path, quick_matmul):
+    ws = tmp_path / "ws"
+    first = subprocess.Popen(eat_cmd("start", str(quick_matmul), "-w", str(ws), "--max-evals",
+                                     "200"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ws.exists() and (ws / "history.jsonl").exists() and
+                   Workspace.open(ws).is_locked() and candidate_events(ws)):
+            assert time.monotonic() < deadline and first.poll() is None, first.stderr.read()
+            time.sleep(0.2)
+        second = subprocess.run(eat_cmd("resume", str(ws)), capture_output=True, text=True)
+        assert second.returncode == 2
+        assert "in use by another eat process" in second.stderr
+        assert f"pid {first.pid}" in second.stderr
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=60) == 130
+    finally:
+        if first.poll() is None:
+            first.kill()
+    events = Workspace.open(ws).read_events()[0]
+    assert events[-1].type == "run_stopped" and events[-1].reason == "interrupted by the user"
+    assert not Workspace.open(ws).is_locked()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _ours(p, ws)]
+
+
+def _ours(pid: str, ws: Path) -> bool:
+    try:
+        return str(ws) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
