@@ -9,6 +9,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import eat.teams
 from eat.context import RunContext
 from eat.errors import BadInput
 from eat.events import CandidateEvaluated
@@ -16,7 +17,7 @@ from eat.runners.base import Evaluation
 from eat.state import Team
 from eat.workspace import write_atomic
 
-TEAMS_DIR = Path(__file__).resolve().parent.parent / "teams"
+TEAMS_DIR = Path(eat.teams.__file__).parent
 SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "python": "candidate.py",
                 "triton": "candidate.py", "hip": "candidate.hip", "mlx": "candidate.py"}
 

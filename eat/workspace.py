@@ -17,11 +17,12 @@ from pathlib import Path
 
 import git
 
+import eat.workspace_template as workspace_template
 from eat.config import RunConfig, dump_config, load_config
 from eat.errors import BadInput
 from eat.events import Event, describe, parse_event
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "workspace_template"
+TEMPLATE = Path(workspace_template.__file__).parent
 GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md"]
 
 
@@ -84,7 +85,8 @@ class Workspace:
         root = Path(root)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise BadInput(f"{root}: already exists and is not empty (use `eat resume`)")
-        shutil.copytree(TEMPLATE, root, dirs_exist_ok=True)
+        shutil.copytree(TEMPLATE, root, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
         ws = cls(root)
         p = ws.paths
         p.state.mkdir(exist_ok=True)

@@ -10,7 +10,7 @@ import random
 from typing import Any
 
 from eat.agents.base import Proposal
-from eat.runners.cpu import source_hash
+from eat.runners.base import source_hash
 from eat.state import RunState, Team
 from eat.target import Target
 

@@ -6,6 +6,7 @@ workspace. `get_runner(name)` is how the rest of eat finds one.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -74,6 +75,12 @@ class Peaks(BaseModel):
 
     gflops: float | None = None
     gbps: float | None = None
+
+
+def source_hash(source: str) -> str:
+    """Hash of the source with whitespace runs and blank lines normalized."""
+    norm = "\n".join(" ".join(line.split()) for line in source.splitlines() if line.strip())
+    return hashlib.sha256(norm.encode()).hexdigest()[:16]
 
 
 def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:

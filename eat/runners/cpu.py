@@ -23,7 +23,7 @@ from functools import lru_cache
 from eat.cache import builds_dir, device_lock
 from eat.errors import EatError
 from eat.runners import sandbox
-from eat.runners.base import Evaluation, Peaks, summarize
+from eat.runners.base import Evaluation, Peaks, source_hash, summarize
 from eat.target import EvalConfig, Target, eval_expr
 
 CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
@@ -51,12 +51,6 @@ def candidate_cflags(source: str, default: str) -> tuple[list[str], str | None]:
         if not _FLAG_OK.fullmatch(f) or _FLAG_DENY.match(f):
             return flags, f"compiler flag {f!r} is not allowed"
     return flags, None
-
-
-def source_hash(source: str) -> str:
-    """Hash of the source with whitespace runs and blank lines normalized."""
-    norm = "\n".join(" ".join(line.split()) for line in source.splitlines() if line.strip())
-    return hashlib.sha256(norm.encode()).hexdigest()[:16]
 
 
 def _first_error(log: str) -> str:
@@ -192,7 +186,7 @@ class CpuRunner:
         run = sandbox.run([sys.executable, "-m", "eat.runners.harness"], cwd=tmp,
                           env=sandbox.clean_env(tmp, {"PYTHONPATH": pythonpath}),
                           limits=limits, stdin=json.dumps(job))
-        run.stderr = sandbox._truncate(run.stderr, 4000)
+        run.stderr = sandbox.truncate(run.stderr, 4000)
         tag = f"EAT-RESULT {job['nonce']} "
         for line in run.stdout.splitlines():
             if line.startswith(tag):

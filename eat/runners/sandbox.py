@@ -62,7 +62,7 @@ class Completed:
     notes: list[str] = field(default_factory=list)
 
 
-def _truncate(text: str, limit: int) -> str:
+def truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     half = limit // 2
@@ -103,7 +103,7 @@ def run(cmd: list[str], *, cwd: Path, env: dict[str, str], limits: Limits,
         for f in (out, err):
             f.seek(0)
             raw = f.read(limits.max_output_chars * 8 + 1)
-            texts.append(_truncate(raw.decode("utf-8", "replace"), limits.max_output_chars))
+            texts.append(truncate(raw.decode("utf-8", "replace"), limits.max_output_chars))
     rc = proc.returncode
     sig = signal.Signals(-rc).name if rc is not None and rc < 0 else None
     return Completed(returncode=rc, stdout=texts[0], stderr=texts[1], wall_s=wall,

@@ -1,0 +1,1 @@
+"""Team presets, shipped as package data of eat (eat.teams)."""
