@@ -223,3 +223,21 @@ def test_restructures_are_scored_by_whether_their_team_beat_the_old_best():
     assert verdicts[fork_seq].best_before == pytest.approx(5.0)
     retire = next(x.seq for x in h.state.pending if x.op == "retire")
     assert verdicts[retire].helped      # the run improved after it too
+
+
+def test_a_forked_team_searches_around_its_start_until_it_beats_it():
+    from eat.agents.offline import OfflineAgent
+    from eat.target import load_target
+    from pathlib import Path
+
+    target = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
+    h = History("a-1")
+    h.eval("a-1", 9.0, LOOP_ORDER="IKJ", TILE=0, UNROLL=4, CFLAGS="-O3 -march=native")
+    h.add(TeamSpawned(team="refiner-2", preset="refiner", strategy="refiner", directive="d",
+                      start_from="c0001"))
+    h.eval("refiner-2", 2.0, LOOP_ORDER="JKI", TILE=0, UNROLL=4, CFLAGS="-O3 -march=native")
+    agent = OfflineAgent(target, seed=0)
+    for _ in range(5):
+        p = agent.propose(h.state.teams["refiner-2"], h.state)
+        assert p.parent == "c0001"                  # not the team's own weaker best
+        h.eval("refiner-2", 1.0, **p.knobs)

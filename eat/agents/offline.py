@@ -57,13 +57,14 @@ class OfflineAgent:
     # -- helpers -----------------------------------------------------------------------------
 
     def _center(self, team: Team, state: RunState) -> tuple[dict[str, Any], str | None]:
-        """Where a local strategy searches from: the team's best, its start, the baseline."""
-        if team.best:
-            return {**defaults(self.target), **team.best.knobs}, team.best.cid
-        start = state.candidates.get(team.start_from or "")
-        if start:
-            return {**defaults(self.target), **start.knobs}, start.cid
-        return defaults(self.target), None
+        """Where a local strategy searches from: the better of the team's best and the candidate
+        it was started from, else the baseline."""
+        options = [c for c in (team.best, state.candidates.get(team.start_from or ""))
+                   if c is not None and c.estimate is not None]
+        if not options:
+            return defaults(self.target), None
+        center = max(options, key=lambda c: c.estimate)
+        return {**defaults(self.target), **center.knobs}, center.cid
 
     def _offer(self, knobs: dict[str, Any], state: RunState, idea: str,
                parent: str | None) -> Proposal | None:
