@@ -192,6 +192,7 @@ def synthetic_workspace(root: Path, events: int, seed: int) -> int:
         clock += 2.0
     ws.paths.history.write_text("\n".join(lines) + "\n")
     ws.commit(f"synthetic history of {len(lines)} events")
+    ws.flush()
     return n
 
 

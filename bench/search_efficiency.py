@@ -56,10 +56,13 @@ KNOBS = {
                                            "-O3 -march=native -ffast-math"]},
 }
 # (centre in [0, 1]^5 over knob indices, height, width): broad near the defaults (index 0),
-# medium in a far corner, narrow and highest elsewhere.
-BUMPS = [((0.2, 0.2, 0.33, 0.25, 0.33), 1.2, 0.35),
-         ((1.0, 0.0, 1.0, 0.0, 0.67), 1.6, 0.20),
-         ((0.6, 1.0, 0.67, 1.0, 1.0), 2.8, 0.15)]
+# medium in a far corner, highest elsewhere. "needle": the far optima are narrow (their basins
+# cover ~1% of the space); "broad": the same optima with wider basins (~10%).
+CENTRES = [((0.2, 0.2, 0.33, 0.25, 0.33), 1.2), ((1.0, 0.0, 1.0, 0.0, 0.67), 1.6),
+           ((0.6, 1.0, 0.67, 1.0, 1.0), 2.8)]
+LANDSCAPES = {"needle": (0.35, 0.20, 0.15), "broad": (0.35, 0.30, 0.25)}
+BUMPS: list = []
+SCALE = 1.0
 UNSUPERVISED = PlateauConfig(team_window=10**9, run_window=10**9, fail_window=10**9)
 
 
@@ -70,7 +73,10 @@ def bumps(idx: tuple[int, ...]) -> list[float]:
             for c, h, w in BUMPS]
 
 
-SCALE = 1 + sum(bumps((0,) * len(KNOBS)))  # so that the defaults give 1.0x
+def use_landscape(name: str) -> None:
+    global BUMPS, SCALE
+    BUMPS = [(c, h, w) for (c, h), w in zip(CENTRES, LANDSCAPES[name])]
+    SCALE = 1 + sum(bumps((0,) * len(KNOBS)))  # so that the defaults give 1.0x
 
 
 def height(idx: tuple[int, ...]) -> float:
@@ -169,7 +175,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--evals", type=int, default=60, help="evaluations per run (both arms)")
     ap.add_argument("--seeds", type=int, default=10, help="run seeds 0 .. N-1")
+    ap.add_argument("--landscape", choices=[*LANDSCAPES, "both"], default="both")
     args = ap.parse_args()
+    for name in LANDSCAPES if args.landscape == "both" else [args.landscape]:
+        use_landscape(name)
+        print(f"\n=== {name} ===")
+        compare(args)
+
+
+def compare(args) -> None:
     print(describe_landscape())
     print(f"{args.evals} evaluations per run; speedup: true value of the run's best (measured "
           "estimate in brackets)\n")

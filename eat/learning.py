@@ -126,6 +126,6 @@ def update(path, state: RunState, target: Target, cap: int = CAP_CHARS) -> bool:
     _, after = rest.split(END, 1)
     new = f"{before}{BEGIN}\n{render(state, target, cap)}\n{END}{after}"
     if new != text:
-        write_atomic(path, new)
+        write_atomic(path, new, durable=False)
         return True
     return False

@@ -12,7 +12,7 @@ from typing import Any
 
 from eat.events import Event, RestructureScored, Restructured, TeamSpawned
 from eat.plateau import Plateau
-from eat.state import RunState, Team
+from eat.state import Candidate, RunState, Team
 
 OPS = ("spawn", "retire", "fork", "redirect", "recompose", "rebalance")
 
@@ -21,7 +21,8 @@ OPS = ("spawn", "retire", "fork", "redirect", "recompose", "rebalance")
 class Diagnosis:
     plateau: Plateau
     cause: str
-    remedy: str                # one of OPS, or "none"
+    remedy: str                # one of OPS
+    around: str | None = None  # candidate a redirect or fork should search around
 
 
 @dataclass
@@ -34,6 +35,18 @@ class Operation:
     scope: str = "team"
 
 
+def distance(a: Candidate, b: Candidate) -> int:
+    """How many knobs two candidates differ in (sources without knobs: 0 if equal, else 2)."""
+    if not a.knobs and not b.knobs:
+        return 0 if a.source_hash == b.source_hash else 2
+    return sum(a.knobs.get(k) != b.knobs.get(k) for k in a.knobs.keys() | b.knobs.keys())
+
+
+def _far(c: Candidate, elite: Candidate) -> bool:
+    """In another region: differs from the elite in at least half its knobs (and two)."""
+    return distance(c, elite) >= max(2, (len(elite.knobs) + 1) // 2)
+
+
 def diagnose(p: Plateau, state: RunState) -> Diagnosis:
     """Why a plateau happened, and the remedy the rules prefer."""
     team = state.teams.get(p.team or "")
@@ -42,8 +55,8 @@ def diagnose(p: Plateau, state: RunState) -> Diagnosis:
         return Diagnosis(p, f"team {p.team} keeps producing broken candidates: {p.message}",
                          "retire" if again else "redirect")
     if p.kind == "exhausted":
-        return Diagnosis(p, f"team {p.team} has searched everything its strategy reaches",
-                         "retire")
+        return Diagnosis(p, f"team {p.team} has searched everything its strategy reaches from "
+                         "where it stands: a local optimum", "fork")
     if p.kind == "converged":
         return Diagnosis(p, f"team {p.team} duplicates another team's search: {p.message}",
                          "redirect")
@@ -54,7 +67,8 @@ def diagnose(p: Plateau, state: RunState) -> Diagnosis:
             return Diagnosis(p, f"team {p.team} is stuck below the run's best "
                              f"({p.message}); its region looks like a local optimum", "fork")
         return Diagnosis(p, f"team {p.team} leads but single steps no longer help "
-                         f"({p.message})", "redirect")
+                         f"({p.message}): try combined steps around its best", "redirect",
+                         around=team.best.cid if team.best else None)
     return Diagnosis(p, f"the whole run stalled: {p.message}", "fork")
 
 
@@ -68,37 +82,59 @@ def _weakest(state: RunState, exclude: set[str], young: int) -> Team | None:
     return min(teams, key=lambda t: (t.evals < young, t.best_estimate or 0.0), default=None)
 
 
-def _forked_already(state: RunState, cid: str) -> bool:
-    return any(t.start_from == cid and t.strategy == "refiner" for t in state.active_teams())
+def _fork_source(state: RunState, forked: set[str]) -> tuple[Candidate, str] | None:
+    """Where to start a new team, and its preset: a refiner around the elite (combined steps
+    out of a one-step optimum), else a coordinate climb from the best candidate in another
+    region (a second start for hill climbing); never from where an active team started."""
+    taken = forked | {t.start_from for t in state.active_teams()}
+    elite = state.best
+    if elite is None:
+        return None
+    if elite.cid not in taken:
+        return elite, "refiner"
+    pool = {c.cid: c for c in state.leaders + [t.best for t in state.teams.values() if t.best]
+            + list(state.recent)}
+    others = [c for c in pool.values() if c.estimate is not None and c.cid not in taken
+              and _far(c, elite)]
+    best = max(others, key=lambda c: c.estimate, default=None)
+    return (best, "coordinate") if best else None
 
 
 def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
            young: int = 4) -> list[Operation]:
     """Operations for a step's diagnoses, at most one decision per team; one team stays active.
 
-    A fork restarts a refiner team around the elite; when one already searches there, a new
-    explorer is spawned instead. A team-level fork or spawn replaces the stalled team; a
-    run-level fork also doubles the budget share of the team that found the elite. Making room
-    retires the weakest team that has had `young` turns, before any newer one.
+    A fork starts a refiner around the elite, or, when one already started there, a coordinate
+    climb from the best candidate of another region; with neither, a new explorer is spawned.
+    A team-level fork or spawn replaces the stalled team; a run-level fork from the elite also
+    doubles the budget share of the team that found it. Making room retires the weakest team
+    that has had `young` turns, before any newer one.
     """
     ops: list[Operation] = []
     touched: set[str] = set()
+    forked: set[str] = set()
     active = len(state.active_teams())
     elite = state.best
     for d in diagnoses:
         p = d.plateau
         if p.team in touched:
             continue
-        remedy = d.remedy
-        if remedy == "fork" and (elite is None or _forked_already(state, elite.cid)):
-            remedy = "spawn"
+        remedy, source, preset = d.remedy, None, "explorer"
+        if remedy == "fork":
+            found = _fork_source(state, forked)
+            remedy = "fork" if found else "spawn"
+            source, preset = found or (None, "explorer")
         if remedy == "redirect" and p.team:
             team = state.teams[p.team]
-            strategy = "explorer" if team.strategy != "explorer" else "refiner"
+            if d.around:
+                strategy, start = "refiner", d.around
+            else:
+                strategy = "explorer" if team.strategy != "explorer" else "refiner"
+                start = elite.cid if elite else None
             ops.append(Operation("redirect", d.cause, p.evidence, team=p.team, params={
-                "strategy": strategy, "start_from": elite.cid if elite else None,
+                "strategy": strategy, "start_from": start,
                 "directive": f"Your {team.strategy} search stopped paying off; switch to "
-                             f"{strategy} search" + (f" around {elite.cid}." if elite else ".")}))
+                             f"{strategy} search" + (f" around {start}." if start else ".")}))
             touched.add(p.team)
             continue
         if remedy in ("spawn", "fork"):
@@ -113,20 +149,24 @@ def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
                 touched.add(worst.id)
                 active -= 1
             if remedy == "fork":
-                ops.append(Operation("fork", d.cause, p.evidence, scope=p.scope, params={
-                    "preset": "refiner", "start_from": elite.cid,
-                    "directive": f"Restart around {elite.cid} ({elite.estimate:.2f}x), "
-                                 "changing one or two parameters at a time."}))
+                forked.add(source.cid)
+                how = ("changing one or two parameters at a time" if preset == "refiner"
+                       else "climbing one parameter at a time: another region than the elite's")
+                ops.append(Operation("fork", d.cause, p.evidence + [source.cid], scope=p.scope,
+                                     params={"preset": preset, "start_from": source.cid,
+                                             "directive": f"Restart from {source.cid} "
+                                             f"({source.estimate:.2f}x), {how}."}))
             else:
                 ops.append(Operation("spawn", d.cause, p.evidence, scope=p.scope,
                                      params={"preset": "explorer"}))
             active += 1
-            if p.team is None and remedy == "fork":
+            if p.team is None and remedy == "fork" and source is elite:
                 shares = {t.id: (2.0 if t.id == elite.team else 1.0)
                           for t in state.active_teams() if t.id not in touched}
-                ops.append(Operation("rebalance", f"{elite.team} found the elite {elite.cid}: "
-                                     "give it twice the budget share", [elite.cid],
-                                     scope="run", params={"shares": shares}))
+                if any(state.teams[t].share != v for t, v in shares.items()):
+                    ops.append(Operation("rebalance", f"{elite.team} found the elite "
+                                         f"{elite.cid}: give it twice the budget share",
+                                         [elite.cid], scope="run", params={"shares": shares}))
                 continue
         if p.team and remedy in ("spawn", "fork", "retire"):
             ops.append(Operation("retire", ("replaced: " if remedy != "retire" else "") +

@@ -108,9 +108,9 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
                          on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s)
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
+        recovered = _recover(ctx)
         if ctx.state.evaluations == 0:
             _begin(ctx)  # in case `eat start` died before it had recorded its teams
-        recovered = _recover(ctx)
         ws.render_evolution(ws.read_events()[0])
         ctx.record(RunResumed(recovered=recovered))
         if state.best:
@@ -138,12 +138,15 @@ def _recover(ctx: RunContext) -> list[str]:
 
 def _loop(ctx: RunContext) -> str:
     try:
-        reason = supervisor.run(ctx)
-    except KeyboardInterrupt:
-        reason = INTERRUPTED
-    ctx.record(RunStopped(reason=reason))
-    learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
-    ctx.ws.commit(f"run stopped: {reason}")
+        try:
+            reason = supervisor.run(ctx)
+        except KeyboardInterrupt:
+            reason = INTERRUPTED
+        ctx.record(RunStopped(reason=reason))
+        learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
+        ctx.ws.commit(f"run stopped: {reason}")
+    finally:
+        ctx.ws.flush()
     return reason
 
 

@@ -59,6 +59,12 @@ class Team:
     failures: int = 0          # consecutive non-ok candidates
     redirects: int = 0
     exhausted: bool = False    # set by the agent at run time, not from events
+    offset: float = 0.0        # turns credited at spawn, so a new team does not catch up
+
+    @property
+    def turns(self) -> float:
+        """Budget used, in units of this team's share (who plays next: the lowest)."""
+        return self.offset + self.evals / self.share
 
     @property
     def best_estimate(self) -> float | None:
@@ -140,9 +146,10 @@ class RunState:
             case RunStarted():
                 self.target = e.target
             case TeamSpawned():
+                offset = min((t.turns for t in self.active_teams()), default=0.0)
                 self.teams[e.team] = Team(id=e.team, preset=e.preset, strategy=e.strategy,
                                           directive=e.directive, share=e.share,
-                                          start_from=e.start_from, seed=e.seed)
+                                          start_from=e.start_from, seed=e.seed, offset=offset)
             case CandidateEvaluated():
                 self._evaluated(e)
             case EliteRetimed():
@@ -254,6 +261,7 @@ class RunState:
         if e.op == "rebalance":
             for tid, share in e.params.get("shares", {}).items():
                 if tid in self.teams:
-                    self.teams[tid].share = share
+                    t = self.teams[tid]
+                    t.offset, t.share = t.turns - t.evals / share, share  # same turn, new pace
         self.pending.append(Pending(seq=e.seq, op=e.op, team=e.team,
                                     best_before=e.best_before, at=self.evaluations))

@@ -25,6 +25,9 @@ from eat.state import Candidate
 from eat.team import pick_team, step as team_step, write_notes
 
 
+PRUNE_EVERY = 50  # steps between clearing the checkpoint history
+
+
 class Step(TypedDict, total=False):
     step: int
     at_seq: int
@@ -52,9 +55,14 @@ def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
     return ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
 
 
-def _commit(ctx: RunContext, message: str) -> None:
-    learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
-    ctx.ws.commit(message)
+def _commit(ctx: RunContext, message: str, teams: list[str], cid: str | None = None) -> None:
+    """Refresh LEARNING.md and commit what this step changed."""
+    p = ctx.ws.paths
+    learning.update(p.learning, ctx.state, ctx.target)
+    paths = [p.learning, p.best] + [f for t in teams for f in (p.team_notes(t), p.team_spec(t))]
+    if cid:
+        paths.append(p.candidate(ctx.state.candidates[cid].team, cid))
+    ctx.ws.commit(message, paths)
 
 
 def build_graph(ctx: RunContext) -> StateGraph:
@@ -67,7 +75,7 @@ def build_graph(ctx: RunContext) -> StateGraph:
         if verdicts:
             _commit(ctx, "; ".join(f"restructure #{v.restructure} "
                                    f"{'helped' if v.helped else 'did not help'}"
-                                   for v in verdicts))
+                                   for v in verdicts), [])
         return {"stop": budget_left(ctx), "at_seq": ctx.state.seq}
 
     def detect(s: Step) -> Step:
@@ -82,14 +90,12 @@ def build_graph(ctx: RunContext) -> StateGraph:
 
     def diagnose_node(s: Step) -> Step:
         found = [diagnose(Plateau(**p), ctx.state) for p in s["plateaus"]]
-        return {"diagnoses": [{"plateau": asdict(d.plateau), "cause": d.cause,
-                               "remedy": d.remedy} for d in found]}
+        return {"diagnoses": [asdict(d) for d in found]}
 
     def restructure(s: Step) -> Step:
-        found = [Diagnosis(Plateau(**d["plateau"]), d["cause"], d["remedy"])
-                 for d in s["diagnoses"]]
+        found = [Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])})) for d in s["diagnoses"]]
         ops = decide(found, ctx.state, ctx.config.max_teams, ctx.config.plateau.team_window)
-        messages = []
+        messages, teams = [], []
         for i, op in enumerate(ops):
             key = f"{s['at_seq']}:{i}"
             if key in ctx.state.applied_keys:
@@ -101,9 +107,10 @@ def build_graph(ctx: RunContext) -> StateGraph:
             team_id = events[-1].team
             if team_id in ctx.state.teams:
                 write_notes(ctx.state.teams[team_id], ctx)
+                teams.append(team_id)
             messages.append(f"{op.op} {team_id or ''}: {op.reason}")
         if messages:
-            _commit(ctx, "restructure: " + "; ".join(messages))
+            _commit(ctx, "restructure: " + "; ".join(messages), teams)
         return {}
 
     def dispatch(s: Step) -> Step:
@@ -115,7 +122,8 @@ def build_graph(ctx: RunContext) -> StateGraph:
             new_best = ctx.state.best is not None and ctx.state.best.cid == event.candidate
             _commit(ctx, f"{event.candidate} {team.id}: {event.status} "
                     + (f"{event.speedup:.2f}x" if event.speedup else event.message[:80])
-                    + (" (new best)" if new_best else "") + f" [{event.idea[:100]}]")
+                    + (" (new best)" if new_best else "") + f" [{event.idea[:100]}]",
+                    [team.id], event.candidate)
             return {"dispatched": event.candidate}
         return {"stop": "search space exhausted: no team has anything left to try"}
 
@@ -136,8 +144,13 @@ def run(ctx: RunContext) -> str:
     """Step the supervisor until a budget or the search runs out; returns why it stopped."""
     ctx.ws.paths.state.mkdir(exist_ok=True)
     conn = sqlite3.connect(ctx.ws.paths.checkpoint, check_same_thread=False)
+    # WAL without a sync per commit: a killed process loses nothing (the OS holds the log);
+    # only a power cut could lose the last checkpoints, and a step is replayed from the files.
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    saver = SqliteSaver(conn)
     try:
-        graph = build_graph(ctx).compile(checkpointer=SqliteSaver(conn))
+        graph = build_graph(ctx).compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "supervisor"}}
         snap = graph.get_state(cfg)
         n = snap.values.get("step", 0) if snap.values else 0
@@ -151,5 +164,8 @@ def run(ctx: RunContext) -> str:
                                 "dispatched": None}, cfg, durability="sync")
             if out.get("stop"):
                 return out["stop"]
+            if n % PRUNE_EVERY == 0:
+                # Between steps the checkpoint holds nothing a resume needs: keep it small.
+                saver.delete_thread(cfg["configurable"]["thread_id"])
     finally:
         conn.close()

@@ -64,7 +64,7 @@ def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
 def pick_team(ctx: RunContext) -> Team | None:
     """The active, non-exhausted team furthest below its budget share."""
     teams = [t for t in ctx.state.active_teams() if not t.exhausted]
-    return min(teams, key=lambda t: (t.evals / t.share, t.id), default=None)
+    return min(teams, key=lambda t: (t.turns, t.id), default=None)
 
 
 def step(team: Team, ctx: RunContext) -> CandidateEvaluated | None:
@@ -121,8 +121,8 @@ def write_notes(team: Team, ctx: RunContext) -> None:
         result = f"{c.estimate:.2f}x" if c.estimate else c.status
         knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.items())
         lines.append(f"- {c.cid}: {result} ({knobs})")
-    write_atomic(paths.team_notes(team.id), "\n".join(lines) + "\n")
+    write_atomic(paths.team_notes(team.id), "\n".join(lines) + "\n", durable=False)
     spec = {"id": team.id, "preset": team.preset, "strategy": team.strategy,
             "directive": team.directive, "share": team.share, "state": team.state,
             "start_from": team.start_from}
-    write_atomic(paths.team_spec(team.id), yaml.safe_dump(spec, sort_keys=False))
+    write_atomic(paths.team_spec(team.id), yaml.safe_dump(spec, sort_keys=False), durable=False)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import queue
 import shutil
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,7 +26,10 @@ from eat.errors import BadInput
 from eat.events import Event, describe, parse_event
 
 TEMPLATE = Path(workspace_template.__file__).parent
-GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md"]
+# Temporary files of atomic writes are ignored so a commit running beside a writer never sees
+# a file that vanishes before git can read it.
+GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tmp/",
+               "/.best.old/"]
 
 
 class Paths:
@@ -58,14 +64,18 @@ class Paths:
         return self.candidate(team, cid) / "result.json"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` so a reader (or a crash) sees the old or the new content, never half."""
+def write_atomic(path: Path, text: str, durable: bool = True) -> None:
+    """Replace `path` so a reader (or a crash) sees the old or the new content, never half.
+
+    `durable` also survives a power cut (fsync); files derived from the log need not.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -76,6 +86,7 @@ class Workspace:
         self.paths = Paths(root)
         self.seq = 0
         self._repo: git.Repo | None = None
+        self._committer: _Committer | None = None
 
     # -- creating and opening -----------------------------------------------------------------
 
@@ -257,7 +268,52 @@ class Workspace:
         return self._repo
 
     def commit(self, message: str, paths: list[Path] | None = None) -> None:
-        """Commit `paths` (default: everything tracked or new) with `message`."""
+        """Queue a commit of `paths` (default: everything) with `message`.
+
+        Commits run in order on one background thread: git's cost grows with the repository,
+        and the loop must not. `flush()` waits for them; a crash loses at most the queued ones,
+        and the next full commit (at resume) records their files.
+        """
         rel = [str(p.relative_to(self.paths.root)) for p in paths or [] if p.exists()]
-        self.repo.git.add("-A", "--", *(rel or ["."]))
-        self.repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
+        if self._committer is None:
+            self._committer = _Committer(self.repo)
+        self._committer.submit(message, rel or ["."])
+
+    def flush(self) -> None:
+        """Wait for queued commits; raises the first git error one of them met."""
+        if self._committer is not None:
+            self._committer.flush()
+
+
+class _Committer:
+    """One background thread that runs `git add` + `git commit` jobs in order."""
+
+    def __init__(self, repo: git.Repo):
+        self.repo = repo
+        self.jobs: queue.Queue = queue.Queue()
+        self.error: Exception | None = None
+        threading.Thread(target=self._work, name="eat-git", daemon=True).start()
+
+    def submit(self, message: str, paths: list[str]) -> None:
+        self.jobs.put((message, paths))
+
+    def flush(self) -> None:
+        self.jobs.join()
+        if self.error:
+            error, self.error = self.error, None
+            raise error
+
+    def _work(self) -> None:
+        while True:
+            message, paths = self.jobs.get()
+            for attempt in range(2):  # once more after a moment: a file may have been mid-rename
+                try:
+                    self.repo.git.add("-A", "--", *paths)
+                    self.repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
+                    break
+                except Exception as e:  # kept for flush(): a failed commit must not pass silently
+                    if attempt:
+                        self.error = self.error or e
+                    else:
+                        time.sleep(0.2)
+            self.jobs.task_done()

@@ -196,12 +196,24 @@ def test_failing_team_is_redirected_then_retired():
     assert [(o.op, o.team) for o in ops] == [("retire", "a-1")]
 
 
-def test_retiring_the_last_team_spawns_a_replacement():
+def test_an_exhausted_team_is_replaced_by_a_fork_of_the_elite():
     h = History("a-1")
     h.eval("a-1", 2.0)
     h.state.teams["a-1"].exhausted = True
     (p,) = detect_plateaus(h.state, CFG)
     assert p.kind == "exhausted"
+    ops = decide([diagnose(p, h.state)], h.state, max_teams=4)
+    assert [(o.op, o.team, o.params.get("preset")) for o in ops] == [
+        ("fork", None, "refiner"), ("retire", "a-1", None)]
+
+
+def test_retiring_the_last_team_spawns_a_replacement():
+    h = History("a-1")
+    h.eval("a-1", 2.0)
+    h.state.teams["a-1"].redirects = 1
+    for _ in range(3):
+        h.eval("a-1", None, status="crash")
+    (p,) = [p for p in detect_plateaus(h.state, CFG) if p.kind == "failing"]
     ops = decide([diagnose(p, h.state)], h.state, max_teams=4)
     assert [(o.op, o.team) for o in ops] == [("retire", "a-1"), ("spawn", None)]
 
@@ -241,3 +253,65 @@ def test_a_forked_team_searches_around_its_start_until_it_beats_it():
         p = agent.propose(h.state.teams["refiner-2"], h.state)
         assert p.parent == "c0001"                  # not the team's own weaker best
         h.eval("refiner-2", 1.0, **p.knobs)
+
+
+def test_a_leader_that_stalls_is_redirected_to_combined_steps_around_its_best():
+    h = History("a-1", "b-2")
+    h.eval("a-1", 4.0)
+    for _ in range(5):
+        h.eval("a-1", 1.0)
+    (p,) = [p for p in detect_plateaus(h.state, CFG) if p.team == "a-1"]
+    d = diagnose(p, h.state)
+    assert (d.remedy, d.around) == ("redirect", "c0001")
+    (op,) = decide([d], h.state, max_teams=4)
+    assert (op.op, op.params["strategy"], op.params["start_from"]) == \
+        ("redirect", "refiner", "c0001")
+
+
+def test_forks_go_to_another_region_once_the_elite_has_one_and_never_twice():
+    h = History("a-1", "b-2")
+    h.eval("a-1", 5.0, A=1, B=1)
+    h.eval("b-2", 4.0, A=7, B=7)
+    for i in range(6):
+        h.eval("a-1", 1.0, A=i, B=0)
+    run = [p for p in detect_plateaus(h.state, CFG) if p.scope == "run"][0]
+    d = diagnose(run, h.state)
+    ops = decide([d, d], h.state, max_teams=6)     # the same plateau twice in one step
+    forks = [(o.params["start_from"], o.params["preset"]) for o in ops if o.op == "fork"]
+    assert forks == [("c0001", "refiner"), ("c0002", "coordinate")]  # elite, then elsewhere
+    apply_ops(h, ops)
+    (op,) = decide([d], h.state, max_teams=6)
+    assert op.op == "fork" and op.params["start_from"] not in ("c0001", "c0002")
+
+
+def test_with_no_other_region_to_start_from_a_fresh_explorer_is_spawned():
+    h = History("a-1")
+    h.eval("a-1", 5.0, A=1, B=1)
+    h.eval("a-1", 4.0, A=1, B=2)                   # one knob away: the same region
+    h.add(TeamSpawned(team="refiner-2", preset="refiner", strategy="refiner", directive="d",
+                      start_from="c0001"))
+    for _ in range(6):
+        h.eval("refiner-2", 1.0, A=1, B=3)
+    run = [p for p in detect_plateaus(h.state, CFG) if p.scope == "run"][0]
+    ops = decide([diagnose(run, h.state)], h.state, max_teams=6)
+    assert [(o.op, o.params.get("preset")) for o in ops] == [("spawn", "explorer")]
+
+
+def test_a_new_team_gets_its_share_from_now_on_instead_of_catching_up():
+    from eat.team import pick_team
+
+    class Ctx:
+        state = None
+
+    h = History("a-1", "b-2")
+    for _ in range(10):
+        h.eval("a-1", 1.0)
+        h.eval("b-2", 1.0)
+    h.add(TeamSpawned(team="c-3", preset="c", strategy="coordinate", directive="d"))
+    Ctx.state = h.state
+    turns = []
+    for _ in range(6):
+        team = pick_team(Ctx)
+        turns.append(team.id)
+        h.eval(team.id, 1.0)
+    assert sorted(turns) == ["a-1", "a-1", "b-2", "b-2", "c-3", "c-3"]

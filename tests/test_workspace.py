@@ -97,6 +97,7 @@ def test_best_is_replaced_whole_and_commits_read_as_history(ws):
     ws.write_candidate("t-1", "c0002", {"candidate.c": "b"}, {"status": "ok"})
     ws.set_best("t-1", "c0002")
     ws.commit("c0002 t-1: ok 3.00x (new best)")
+    ws.flush()
     assert (ws.paths.best / "candidate.c").read_text() == "b"
     assert (ws.paths.best / "CANDIDATE").read_text().strip() == "t-1/c0002"
     assert [c.summary for c in ws.repo.iter_commits()][:2] == [
