@@ -141,3 +141,20 @@ def _ours(pid: str, ws: Path) -> bool:
         return str(ws) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
+
+
+@pytest.mark.slow
+def test_time_budget_is_a_total_over_sessions(tmp_path, quick_matmul):
+    ws = tmp_path / "ws"
+    _, reason = start_run(quick_matmul, ws, max_evals=100, max_time_s=2)
+    assert reason.startswith("time budget reached")
+    first = run_status(ws)
+    assert first["elapsed_s"] >= 2 and first["evaluations"] >= 1
+    _, reason = resume_run(ws, max_time_s=first["elapsed_s"] + 3)
+    assert reason.startswith("time budget reached")
+    second = run_status(ws)
+    assert second["evaluations"] > first["evaluations"]
+    assert first["elapsed_s"] + 3 <= second["elapsed_s"] < first["elapsed_s"] + 3 + 30
+    _, reason = resume_run(ws)            # the budget is spent: nothing more runs
+    assert reason.startswith("time budget reached")
+    assert run_status(ws)["evaluations"] == second["evaluations"]
