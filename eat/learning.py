@@ -30,20 +30,21 @@ def _cites(ids: list[str], most: int = 8) -> str:
 
 
 def lessons(state: RunState) -> list[tuple[str, list[str]]]:
-    """Chronological lessons, each with the candidate ids it rests on."""
+    """Lessons from new bests, then from scored restructures, each with the ids it rests on."""
     out = []
-    for new, old in state.new_bests:
+    for new, old, new_x, old_x in state.new_bests:
         if old is None:
-            out.append((f"first working candidate {new.cid}: {_x(new.estimate)} "
+            out.append((f"first working candidate {new.cid}: {_x(new_x)} "
                         f"({', '.join(f'{k}={v}' for k, v in new.knobs.items())})", [new.cid]))
         else:
-            out.append((f"{_diff(new.knobs, old.knobs)}: {_x(old.estimate)} -> "
-                        f"{_x(new.estimate)} ({new.cid} over {old.cid})", [new.cid, old.cid]))
+            out.append((f"{_diff(new.knobs, old.knobs)}: {_x(old_x)} -> {_x(new_x)} "
+                        f"({new.cid} over {old.cid})", [new.cid, old.cid]))
     for s in state.scored:
         verdict = "helped" if s.helped else "did not help"
         by = f", by {s.by}" if s.by else ""
-        out.append((f"restructure #{s.restructure} {verdict}: best {_x(s.best_before)} -> "
-                    f"{_x(s.best_after)}{by}", [s.by] if s.by else []))
+        what = state.restructure_ops.get(s.restructure, "")
+        out.append((f"restructure #{s.restructure} ({what}) {verdict}: best "
+                    f"{_x(s.best_before)} -> {_x(s.best_after)}{by}", [s.by] if s.by else []))
     return out
 
 
@@ -103,9 +104,10 @@ def _compose(state, items, keep, effects, dead, untried) -> str:
         head.append("No verified candidate yet.")
     lines = head + ["", "## Lessons", ""]
     old, recent = items[:len(items) - keep], items[len(items) - keep:]
-    if old:
-        cited = [c for _, ids in old for c in ids]
-        lines.append(f"- consolidated: {len(old)} earlier lessons, resting on {_cites(cited)}")
+    if old or state.older_lessons:
+        cited = state.older_ids + [c for _, ids in old for c in ids]
+        lines.append(f"- consolidated: {len(old) + state.older_lessons} earlier lessons, "
+                     f"resting on {_cites(cited)}")
     lines += [f"- {text}" for text, _ in recent] or ["- none yet"]
     lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
     lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])

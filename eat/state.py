@@ -99,8 +99,14 @@ class RunState:
         self.recent: deque[Candidate] = deque(maxlen=64)
         self.retimed: set[str] = set()
         self.pending: list[Pending] = []
+        # Lessons: new bests (candidate, previous best, their values then) and scored
+        # restructures, the latest kept; older ones are counted with a few of their ids.
+        self.new_bests: deque[tuple[Candidate, Candidate | None, float, float | None]] = \
+            deque(maxlen=32)
         self.scored: deque[RestructureScored] = deque(maxlen=32)
-        self.new_bests: deque[tuple[Candidate, Candidate | None]] = deque(maxlen=32)
+        self.restructure_ops: dict[int, str] = {}
+        self.older_lessons = 0
+        self.older_ids: list[str] = []
         self.applied_keys: set[str] = set()
         self.plateaus = 0
         self.flagged: dict[tuple, int] = {}  # plateau key -> its counter when last declared
@@ -161,6 +167,8 @@ class RunState:
                 self._restructured(e)
             case RestructureScored():
                 self.pending = [p for p in self.pending if p.seq != e.restructure]
+                if len(self.scored) == self.scored.maxlen:
+                    self._retire_lesson([self.scored[0].by] if self.scored[0].by else [])
                 self.scored.append(e)
 
     def _evaluated(self, e: CandidateEvaluated) -> None:
@@ -193,7 +201,11 @@ class RunState:
         if c.estimate is not None:
             self._rank(c)
             if self.best is c:
-                self.new_bests.append((c, previous))
+                if len(self.new_bests) == self.new_bests.maxlen:
+                    old = self.new_bests[0]
+                    self._retire_lesson([old[0].cid] + ([old[1].cid] if old[1] else []))
+                self.new_bests.append((c, previous, c.estimate,
+                                       previous.estimate if previous else None))
             for knob, value in c.knobs.items():
                 stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
                 stat[0] += 1
@@ -202,6 +214,10 @@ class RunState:
         else:
             for knob, value in c.knobs.items():
                 self.knob_stats.setdefault((knob, str(value)), [0, None, None])[0] += 1
+
+    def _retire_lesson(self, ids: list[str]) -> None:
+        self.older_lessons += 1
+        self.older_ids = (self.older_ids + ids)[:12]
 
     def _rank(self, c: Candidate) -> None:
         self.leaders = [x for x in self.leaders if x is not c and x.estimate is not None]
@@ -240,6 +256,7 @@ class RunState:
 
     def _restructured(self, e: Restructured) -> None:
         self.restructures += 1
+        self.restructure_ops[e.seq] = f"{e.op} {e.team or ''}".strip()
         if e.params.get("key"):
             self.applied_keys.add(e.params["key"])
         team = self.teams.get(e.team) if e.team else None

@@ -47,3 +47,17 @@ def test_update_keeps_what_people_wrote_outside_the_markers(tmp_path):
     doc.write_text("# Learning\n\nsomeone deleted the markers\n")
     update(doc, grown_history(3).state, TARGET)
     assert "someone deleted the markers" in doc.read_text() and BEGIN in doc.read_text()
+
+
+def test_lessons_keep_the_values_of_their_moment_and_count_what_they_outgrew():
+    from eat.events import EliteRetimed
+
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 2.0, TILE=0)
+    h.eval("coordinate-1", 3.0, TILE=16)
+    h.add(EliteRetimed(candidate="c0002", speedup=1.0))      # now 2.0 by its median
+    assert "TILE 0 -> 16: 2.00x -> 3.00x (c0002 over c0001)" in render(h.state, TARGET)
+    long = grown_history(40)                                   # more new bests than are kept
+    assert long.state.older_lessons == 8
+    text = render(long.state, TARGET, cap=100_000)
+    assert "consolidated: 8 earlier lessons, resting on c0001, c0002" in text
