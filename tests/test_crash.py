@@ -24,6 +24,26 @@ def _start(quick_matmul, ws):
                             stderr=subprocess.PIPE, text=True)
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed):
@@ -33,9 +53,14 @@ def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed):
     proc = _start(quick_matmul, ws)
     for _ in range(4):
         time.sleep(rng.uniform(0.5, 4.0))
+        children = _children(proc.pid)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+        deadline = time.monotonic() + 5
+        while [c for c in children if _alive(c)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [c for c in children if _alive(c)], "checks outlived the killed run"
         if (ws / "history.jsonl").exists():
             events, _ = Workspace.open(ws).read_events()   # parses, torn tail tolerated
             snapshots.append(events)

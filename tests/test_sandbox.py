@@ -1,6 +1,7 @@
 """The contained process: environment scrubbing, limits, the seccomp filter, output caps."""
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -91,3 +92,25 @@ print("kill-other", libc.kill(1, 0), "kill-self", libc.kill(os.getpid(), 0), "th
     assert done.returncode == 0, done.stderr
     assert "fork refused 1" in done.stdout and "exec refused 1" in done.stdout
     assert "kill-other -1 kill-self 0 threads [1]" in done.stdout
+
+
+def test_contained_processes_die_with_the_process_that_started_them(tmp_path):
+    repo = Path(eat.__file__).resolve().parent.parent
+    code = (f"import sys; sys.path.insert(0, {str(repo)!r})\n"
+            "from pathlib import Path\nfrom eat.runners import sandbox\n"
+            f"d = Path({str(tmp_path)!r})\n"
+            "sandbox.run(['sleep', '301'], cwd=d, env=sandbox.clean_env(d),"
+            " limits=sandbox.Limits(wall_s=600))\n")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    sleepers = []
+    deadline = time.monotonic() + 20
+    while not sleepers and time.monotonic() < deadline:
+        sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep301"]
+        time.sleep(0.05)
+    assert sleepers, "the contained sleep never started"
+    parent.kill()                       # eat killed with -9 mid-check
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while any(_cmdline(p) == "sleep301" for p in sleepers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_cmdline(p) == "sleep301" for p in sleepers)

@@ -69,8 +69,18 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
 def _preexec(limits: Limits):
+    parent = os.getpid()
+
     def apply() -> None:
+        # Die with eat: a killed run must not leave its checks running (or sleeping) forever.
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes,) * 2)
@@ -191,7 +201,7 @@ def lock_down() -> str | None:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     fprog = SockFprog(len(prog) // 8, ctypes.addressof(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _LIBC
     pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
     if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
         return f"prctl(NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
