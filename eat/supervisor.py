@@ -114,6 +114,8 @@ def build_graph(ctx: RunContext) -> StateGraph:
         return {}
 
     def dispatch(s: Step) -> Step:
+        if stop := budget_left(ctx):  # a step replayed after a crash may find the budget spent
+            return {"stop": stop}
         while (team := pick_team(ctx)) is not None:
             event = team_step(team, ctx)
             if event is None:
