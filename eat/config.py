@@ -34,7 +34,20 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     target: str = Field(description="Path of the target folder.")
-    model: str = Field("offline", description="Agent model: 'offline' or a litellm model string.")
+    model: str = Field("offline", description="Agent model: 'offline' or a litellm model string "
+                       "(a team preset's role may name its own).")
+    api_base: str | None = Field(None, description="OpenAI-compatible server for every model "
+                                 "(vLLM, SGLang, Ollama), e.g. http://127.0.0.1:8000/v1.")
+    llm_timeout_s: float = Field(300.0, gt=0, description="Per LLM call attempt.")
+    llm_attempts: int = Field(5, ge=1, description="Tries per LLM call for rate limits, 5xx and "
+                              "timeouts, before the team pauses for an outage.")
+    llm_backoff_s: float = Field(2.0, ge=0, description="First wait between tries; doubles.")
+    input_cost_per_token: float | None = Field(None, ge=0, description="USD per prompt token, "
+                                               "for models litellm has no price for.")
+    output_cost_per_token: float | None = Field(None, ge=0, description="USD per completion "
+                                                "token, likewise.")
+    repairs: int = Field(2, ge=0, description="Repair attempts a failed LLM candidate gets, fed "
+                         "with its compiler message or mismatch, before its idea is dropped.")
     max_evals: int = Field(60, ge=1, description="Candidate evaluations in the whole run.")
     max_time_s: float | None = Field(None, gt=0, description="Wall-clock seconds in the whole "
                                      "run, summed over sessions.")

@@ -25,18 +25,27 @@ class RunContext:
     runner: Runner
     config: RunConfig
     presets: dict[str, Any]
-    make_agent: Callable[[Any], Agent]     # TeamSpec-like team -> its agent
+    make_agent: Callable[[Any, "RunContext"], Agent]  # (team, this context) -> its agent
     eval_config: EvalConfig | None = None
     on_event: Callable[[Event, RunState], None] = lambda e, s: None
     elapsed_base: float = 0.0              # run time of earlier sessions
     started: float = field(default_factory=time.monotonic)
     agents: dict[str, Agent] = field(default_factory=dict)
+    sleep: Callable[[float], None] = time.sleep
+    outages: int = 0                       # consecutive pauses, for the backoff
+
+    def pause(self) -> None:
+        """Wait out an LLM outage: 30 s, doubling with each consecutive one, at most 10 min."""
+        self.outages += 1
+        self.sleep(min(600.0, 30.0 * 2 ** (self.outages - 1)))
 
     def elapsed(self) -> float:
         return self.elapsed_base + time.monotonic() - self.started
 
     def record(self, event: Event) -> Event:
         """Append to the log (durably), fold into the state, tell the display."""
+        if getattr(event, "type", "") == "candidate_evaluated":
+            self.outages = 0
         event.elapsed_s = self.elapsed()
         self.ws.append(event)
         self.state.apply(event)
@@ -45,5 +54,5 @@ class RunContext:
 
     def agent_for(self, team) -> Agent:
         if team.id not in self.agents:
-            self.agents[team.id] = self.make_agent(team)
+            self.agents[team.id] = self.make_agent(team, self)
         return self.agents[team.id]

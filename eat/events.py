@@ -103,8 +103,29 @@ class RestructureScored(_Event):
     by: str | None = Field(None, description="Candidate that beat the old best, if any.")
 
 
+class LLMCalled(_Event):
+    type: Literal["llm_called"] = "llm_called"
+    agent: str = Field(description="Who called: '<team>/<role>' or 'supervisor'.")
+    team: str | None = None
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float | None = Field(None, description="None: the model's price is unknown.")
+    ok: bool = True
+    error: str | None = None
+
+
+class AttemptFailed(_Event):
+    type: Literal["attempt_failed"] = "attempt_failed"
+    team: str
+    kind: Literal["malformed", "duplicate", "llm_error", "outage"]
+    reason: str
+
+
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
-                        EliteRetimed, PlateauDetected, Restructured, RestructureScored],
+                        EliteRetimed, PlateauDetected, Restructured, RestructureScored,
+                        LLMCalled, AttemptFailed],
                   Field(discriminator="type")]
 EVENT = TypeAdapter(Event)
 
@@ -142,6 +163,8 @@ def describe(e: Event) -> str:
             return f"plateau ({e.kind}) of {who}: {e.message}"
         case Restructured():
             return f"restructure {e.op} {e.team or ''}: {e.reason}".replace("  ", " ")
+        case AttemptFailed():
+            return f"team {e.team}: attempt failed ({e.kind}): {e.reason[:160]}"
         case RestructureScored():
             verdict = "helped" if e.helped else "did not help"
             by = f" ({e.by})" if e.by else ""

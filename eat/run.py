@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Callable
 
 from eat import learning, supervisor
+from eat.agents.llm import LLMAgent
 from eat.agents.offline import OfflineAgent
 from eat.config import RunConfig, make_config
 from eat.context import RunContext
 from eat.errors import BadInput, RunnerUnavailable
-from eat.events import Event, RunResumed, RunStarted, RunStopped, TeamSpawned
+from eat.events import Event, LLMCalled, RunResumed, RunStarted, RunStopped, TeamSpawned
+from eat.llm import LLMClient, LLMSettings, check_model
 from eat.runners.base import Evaluation, Runner, get_runner
 from eat.state import RunState
 from eat.target import EvalConfig, Target, load_target
@@ -37,19 +39,47 @@ def _runner_for(target: Target, runner: Runner | None) -> Runner:
     return runner
 
 
-def _make_agent_factory(config: RunConfig, target: Target):
+def _make_agent_factory(config: RunConfig, target: Target, presets: dict):
+    """(team, ctx) -> its agent: offline knob search, or the LLM agent with each role's model."""
     if config.model != "offline":
-        raise BadInput(f"model {config.model!r}: only the offline agents are available in this "
-                       "version of eat (use --model offline)")
-    if not target.knobs:
-        raise BadInput(f"{target.root}: declares no knobs, and the offline agents search knobs")
-    return lambda team: OfflineAgent(target, seed=config.seed)
+        check_model(config.model, config.api_base)
+    if config.model == "offline" and not target.knobs:
+        raise BadInput(f"{target.root}: declares no knobs, and the offline agents search knobs "
+                       "(give --model a litellm model to use LLM agents)")
+
+    def make(team, ctx: RunContext):
+        spec = presets.get(team.preset)
+        roles = {r.name: r for r in spec.roles} if spec else {}
+        llm_roles = {n: r for n, r in roles.items() if r.agent == "llm" or
+                     (r.agent == "auto" and config.model != "offline")}
+        if not llm_roles:
+            return OfflineAgent(target, seed=config.seed)
+
+        def client_for(role: str) -> LLMClient:
+            r = roles.get(role)
+            return llm_client(ctx, (r.model if r and r.model else None) or config.model)
+
+        return LLMAgent(target, ctx.ws.paths, client_for)
+
+    return make
+
+
+def llm_client(ctx: RunContext, model: str) -> LLMClient:
+    """A client for `model` whose every call is logged and counted against --max-cost."""
+    c = ctx.config
+    settings = LLMSettings(model=model, api_base=c.api_base, timeout_s=c.llm_timeout_s,
+                           attempts=c.llm_attempts, backoff_s=c.llm_backoff_s,
+                           input_cost_per_token=c.input_cost_per_token,
+                           output_cost_per_token=c.output_cost_per_token)
+    return LLMClient(settings, record=lambda call: ctx.record(LLMCalled(**call.model_dump())),
+                     spent=lambda: ctx.state.usage.cost_usd, max_cost=c.max_cost_usd,
+                     sleep=ctx.sleep)
 
 
 def start_run(target_path: Path, workspace: Path | None = None, *,
               on_event: Callable[[Event, RunState], None] | None = None,
               runner: Runner | None = None, eval_config: EvalConfig | None = None,
-              **overrides) -> tuple[Path, str]:
+              sleep: Callable[[float], None] = time.sleep, **overrides) -> tuple[Path, str]:
     """Create a workspace for the target and run it; returns (workspace, why it stopped)."""
     target = load_target(target_path)
     config = make_config(target=str(Path(target_path).resolve()), **overrides)
@@ -57,14 +87,15 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
     for name in config.teams:
         if name not in presets:
             raise BadInput(f"team preset {name!r} not found (have: {', '.join(presets)})")
-    make_agent = _make_agent_factory(config, target)
+    make_agent = _make_agent_factory(config, target, presets)
     runner = _runner_for(target, runner)
     ws = Workspace.create(workspace or default_workspace(target), config)
     with ws.lock():
         ws.load()
         ctx = RunContext(ws=ws, state=RunState(config.plateau), target=target, runner=runner,
                          config=config, presets=presets, make_agent=make_agent,
-                         eval_config=eval_config, on_event=on_event or (lambda e, s: None))
+                         eval_config=eval_config, on_event=on_event or (lambda e, s: None),
+                         sleep=sleep)
         _begin(ctx)
         return ws.paths.root, _loop(ctx)
 
@@ -89,7 +120,7 @@ def _begin(ctx: RunContext) -> None:
 
 def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] | None = None,
                runner: Runner | None = None, eval_config: EvalConfig | None = None,
-               **budgets) -> tuple[Path, str]:
+               sleep: Callable[[float], None] = time.sleep, **budgets) -> tuple[Path, str]:
     """Continue a stopped or crashed run; budgets given are totals for the whole run."""
     ws = Workspace.open(workspace)
     with ws.lock():
@@ -99,13 +130,15 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
             config = make_config(**(config.model_dump() | changed))
             ws.save_config(config)
         target = load_target(config.target)
-        make_agent = _make_agent_factory(config, target)
+        presets = load_presets()
+        make_agent = _make_agent_factory(config, target, presets)
         runner = _runner_for(target, runner)
         events = ws.load()
         state = RunState.from_events(events, config.plateau)
         ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
-                         presets=load_presets(), make_agent=make_agent, eval_config=eval_config,
-                         on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s)
+                         presets=presets, make_agent=make_agent, eval_config=eval_config,
+                         on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s,
+                         sleep=sleep)
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
         recovered = _recover(ctx)
@@ -172,10 +205,16 @@ def run_status(workspace: Path) -> dict:
         "best_gflops": best.gflops if best else None,
         "vendor_gflops": best.vendor_gflops if best else None,
         "teams": [{"id": t.id, "preset": t.preset, "strategy": t.strategy, "state": t.state,
-                   "evaluations": t.evals, "best_speedup": t.best_estimate, "share": t.share}
+                   "evaluations": t.evals, "best_speedup": t.best_estimate, "share": t.share,
+                   "tokens": t.usage.prompt + t.usage.completion,
+                   "cost_usd": round(t.usage.cost_usd, 6)}
                   for t in state.teams.values()],
         "plateaus": state.plateaus,
         "restructures": state.restructures,
-        "tokens": {"prompt": 0, "completion": 0, "cached": 0},
-        "cost_usd": 0.0,
+        "tokens": {"prompt": state.usage.prompt, "completion": state.usage.completion,
+                   "cached": state.usage.cached},
+        "cost_usd": round(state.usage.cost_usd, 6),
+        "llm_calls": state.usage.calls,
+        "llm_failed_calls": state.usage.failed_calls,
+        "llm_unpriced_calls": state.usage.unpriced_calls,
     }

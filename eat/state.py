@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eat.config import PlateauConfig
-from eat.events import (CandidateEvaluated, EliteRetimed, Event, PlateauDetected, RestructureScored,
-                        Restructured, RunStarted, TeamSpawned)
+from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, LLMCalled,
+                        PlateauDetected, RestructureScored, Restructured, RunStarted, TeamSpawned)
 
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 
@@ -33,6 +33,8 @@ class Candidate:
     vendor_gflops: float | None = None
     measurements: list[float] = field(default_factory=list)
     failed_retime: bool = False
+    idea: str = ""
+    message: str = ""
 
     @property
     def estimate(self) -> float | None:
@@ -60,15 +62,41 @@ class Team:
     redirects: int = 0
     exhausted: bool = False    # set by the agent at run time, not from events
     offset: float = 0.0        # turns credited at spawn, so a new team does not catch up
+    failed_attempts: int = 0   # turns that produced no candidate (malformed reply, outage)
+    usage: "Usage" = field(default_factory=lambda: Usage())
 
     @property
     def turns(self) -> float:
         """Budget used, in units of this team's share (who plays next: the lowest)."""
-        return self.offset + self.evals / self.share
+        return self.offset + (self.evals + self.failed_attempts) / self.share
 
     @property
     def best_estimate(self) -> float | None:
         return self.best.estimate if self.best else None
+
+
+@dataclass
+class Usage:
+    """LLM tokens and spend; cost counts only calls whose price is known."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    failed_calls: int = 0
+    unpriced_calls: int = 0
+
+    def add(self, e: LLMCalled) -> None:
+        self.calls += 1
+        self.failed_calls += not e.ok
+        self.prompt += e.prompt_tokens
+        self.completion += e.completion_tokens
+        self.cached += e.cached_tokens
+        if e.cost_usd is None:
+            self.unpriced_calls += e.ok
+        else:
+            self.cost_usd += e.cost_usd
 
 
 @dataclass
@@ -114,6 +142,8 @@ class RunState:
         self.elapsed_s = 0.0
         self.seq = 0
         self.knob_stats: dict[tuple[str, str], list] = {}  # (knob, value) -> [tries, best, cid]
+        self.usage = Usage()
+        self.agent_usage: dict[str, Usage] = {}
 
     @classmethod
     def from_events(cls, events: list[Event], plateau: PlateauConfig | None = None) -> RunState:
@@ -165,6 +195,17 @@ class RunState:
                 self.flagged[(e.scope, e.team, e.kind)] = e.window
             case Restructured():
                 self._restructured(e)
+            case LLMCalled():
+                self.usage.add(e)
+                self.agent_usage.setdefault(e.agent, Usage()).add(e)
+                if e.team in self.teams:
+                    self.teams[e.team].usage.add(e)
+            case AttemptFailed():
+                team = self.teams.get(e.team)
+                if team:
+                    team.failed_attempts += 1
+                    team.failures += 1
+                    team.since_improvement += 1
             case RestructureScored():
                 self.pending = [p for p in self.pending if p.seq != e.restructure]
                 if len(self.scored) == self.scored.maxlen:
@@ -176,7 +217,7 @@ class RunState:
         c = Candidate(cid=e.candidate, team=e.team, seq=e.seq, index=self.evaluations,
                       status=e.status, knobs=e.knobs, source_hash=e.source_hash,
                       speedup=e.speedup, noise=e.noise, gflops=e.gflops,
-                      vendor_gflops=e.vendor_gflops,
+                      vendor_gflops=e.vendor_gflops, idea=e.idea, message=e.message,
                       measurements=[e.speedup] if e.speedup is not None else [])
         self.candidates[c.cid] = c
         self.hashes.add(c.source_hash)

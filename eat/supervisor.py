@@ -9,6 +9,7 @@ node that did not finish. Restructure operations carry a key, so a re-run never 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import asdict
 from typing import TypedDict
@@ -18,7 +19,8 @@ from langgraph.graph import END, START, StateGraph
 
 from eat import learning
 from eat.context import RunContext
-from eat.events import EliteRetimed
+from eat.events import AttemptFailed, EliteRetimed
+from eat.llm import BudgetSpent, LLMError
 from eat.plateau import Plateau, detect_plateaus, elite_to_retime
 from eat.restructure import Diagnosis, decide, diagnose, operation_events, score
 from eat.state import Candidate
@@ -26,6 +28,9 @@ from eat.team import pick_team, step as team_step, write_notes
 
 
 PRUNE_EVERY = 50  # steps between clearing the checkpoint history
+# Non-retryable LLM errors that no later call will escape: stop the run and say why.
+_FATAL = re.compile(r"AuthenticationError|PermissionDenied|NotFoundError|PaymentRequired|"
+                    r"LiteLLMUnknownProvider")
 
 
 class Step(TypedDict, total=False):
@@ -44,6 +49,8 @@ def budget_left(ctx: RunContext) -> str | None:
         return f"evaluation budget reached ({ctx.state.evaluations} of {cfg.max_evals})"
     if cfg.max_time_s is not None and ctx.elapsed() >= cfg.max_time_s:
         return f"time budget reached ({ctx.elapsed():.0f} s of {cfg.max_time_s:g} s)"
+    if cfg.max_cost_usd is not None and ctx.state.usage.cost_usd >= cfg.max_cost_usd:
+        return f"cost budget reached (${ctx.state.usage.cost_usd:.4f} of ${cfg.max_cost_usd:g})"
     return None
 
 
@@ -117,10 +124,23 @@ def build_graph(ctx: RunContext) -> StateGraph:
         if stop := budget_left(ctx):  # a step replayed after a crash may find the budget spent
             return {"stop": stop}
         while (team := pick_team(ctx)) is not None:
-            event = team_step(team, ctx)
+            try:
+                event = team_step(team, ctx)
+            except BudgetSpent as e:
+                return {"stop": f"cost budget reached: {e}"}
+            except LLMError as e:
+                if not e.retryable and _FATAL.search(str(e)):
+                    return {"stop": f"LLM unusable: {e}"}  # a key or model problem: no retry
+                ctx.record(AttemptFailed(team=team.id, kind="outage" if e.retryable
+                                         else "llm_error", reason=str(e)))
+                if e.retryable:
+                    ctx.pause()  # an outage pauses the teams; the run goes on afterwards
+                return {"dispatched": None}
             if event is None:
                 write_notes(team, ctx)  # exhausted: the next step's detection retires it
                 continue
+            if isinstance(event, AttemptFailed):
+                return {"dispatched": None}
             new_best = ctx.state.best is not None and ctx.state.best.cid == event.candidate
             _commit(ctx, f"{event.candidate} {team.id}: {event.status} "
                     + (f"{event.speedup:.2f}x" if event.speedup else event.message[:80])

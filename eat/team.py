@@ -12,14 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import eat.teams
 from eat.context import RunContext
 from eat.errors import BadInput
-from eat.events import CandidateEvaluated
+from eat.agents.base import Proposal
+from eat.agents.llm import AttemptError
+from eat.events import AttemptFailed, CandidateEvaluated
 from eat.runners.base import Evaluation
 from eat.state import Team
-from eat.workspace import write_atomic
+from eat.workspace import source_name, write_atomic
 
 TEAMS_DIR = Path(eat.teams.__file__).parent
-SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "python": "candidate.py",
-                "triton": "candidate.py", "hip": "candidate.hip", "mlx": "candidate.py"}
 
 
 class Role(BaseModel):
@@ -28,9 +28,9 @@ class Role(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Literal["planner", "coder", "debugger", "profiler", "reviewer"]
-    agent: Literal["offline", "llm", "external"] = Field("offline", description="Agent kind.")
+    agent: Literal["auto", "offline", "llm"] = Field(
+        "auto", description="Agent kind; 'auto' follows the run's --model.")
     model: str | None = Field(None, description="Model for this role (llm agents only).")
-    prompt: str | None = Field(None, description="Prompt template file (llm agents only).")
 
 
 class TeamSpec(BaseModel):
@@ -67,28 +67,47 @@ def pick_team(ctx: RunContext) -> Team | None:
     return min(teams, key=lambda t: (t.turns, t.id), default=None)
 
 
-def step(team: Team, ctx: RunContext) -> CandidateEvaluated | None:
-    """One turn of a team; None when its agent has nothing left to try (team exhausted)."""
+def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | None:
+    """One turn of a team: its candidate's event, or the failed attempt's; None when its agent
+    has nothing left to try (the team is exhausted). A failed candidate gets up to
+    `config.repairs` repairs from an agent that can repair, each evaluated in the same turn."""
+    agent = ctx.agent_for(team)
     # plan + implement: the agent picks an idea and writes the source
-    proposal = ctx.agent_for(team).propose(team, ctx.state)
+    try:
+        proposal = agent.propose(team, ctx.state)
+    except AttemptError as e:
+        return ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e)))
     if proposal is None:
         team.exhausted = True
         return None
-    # evaluate
+    event, ev = _evaluate(team, proposal, ctx)
+    for _ in range(ctx.config.repairs if hasattr(agent, "repair") else 0):
+        if event.status == "ok" or ctx.state.evaluations >= ctx.config.max_evals:
+            break
+        failed = ctx.state.candidates[event.candidate]
+        try:
+            proposal = agent.repair(team, ctx.state, failed, ev.compile_log + ev.stderr)
+        except AttemptError as e:
+            ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e)))
+            break
+        event, ev = _evaluate(team, proposal, ctx)
+    return event
+
+
+def _evaluate(team: Team, proposal: Proposal, ctx: RunContext):
+    """evaluate + reflect: run the candidate, keep its files and event, update best/ and notes."""
     cid = ctx.state.next_candidate_id()
     ev = ctx.runner.evaluate(ctx.target, proposal.source, config=ctx.eval_config)
-    source_name = SOURCE_NAMES.get(ctx.target.language, "candidate.txt")
     meta = {"team": team.id, "idea": proposal.idea, "knobs": proposal.knobs,
             "parent": proposal.parent}
-    ctx.ws.write_candidate(team.id, cid, {source_name: proposal.source,
+    ctx.ws.write_candidate(team.id, cid, {source_name(ctx.target.language): proposal.source,
                                           "meta.json": json.dumps(meta, indent=2)},
                            ev.model_dump(mode="json"))
     event = ctx.record(evaluated_event(cid, meta, ev))
-    # reflect
     if ctx.state.best and ctx.state.best.cid == cid:
         ctx.ws.set_best(team.id, cid)
     write_notes(team, ctx)
-    return event
+    return event, ev
 
 
 def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:

@@ -32,6 +32,15 @@ GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tm
                "/.best.old/"]
 
 
+SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "python": "candidate.py",
+                "triton": "candidate.py", "hip": "candidate.hip", "mlx": "candidate.py"}
+
+
+def source_name(language: str) -> str:
+    """The file name of a candidate's source in its folder."""
+    return SOURCE_NAMES.get(language, "candidate.txt")
+
+
 class Paths:
     """Every file and folder of a workspace."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from llm_server import llm_server  # noqa: F401
 
 
 @pytest.fixture(scope="session", autouse=True)

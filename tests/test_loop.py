@@ -72,7 +72,8 @@ def test_bad_inputs_exit_2_and_touch_nothing(tmp_path, quick_matmul):
     for args, words in [
         (("start", str(tmp_path / "nope")), "no such target folder"),
         (("start", str(quick_matmul), "--workspace", str(keep)), "not empty"),
-        (("start", str(quick_matmul), "--model", "gpt-x", "-w", str(tmp_path / "w2")), "offline"),
+        (("start", str(quick_matmul), "--model", "gpt-x", "-w", str(tmp_path / "w2")),
+         "provider"),
         (("resume", str(tmp_path / "nope")), "no such workspace"),
         (("resume", str(keep)), "not an eat workspace"),
         (("status", str(keep)), "not an eat workspace"),

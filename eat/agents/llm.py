@@ -1,0 +1,132 @@
+"""The LLM agent: a coder that writes candidates and a debugger that repairs failed ones.
+
+Prompts are template files (teams/prompts/*.j2). Each prompt is laid out stable part first —
+role, target, reference, baseline, LEARNING.md — and the changing part last (the starting
+candidate, its evaluation, the team's recent attempts), so provider prompt caches hit; models
+that take explicit cache markers get one at the end of the stable part.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import jinja2
+
+import eat.teams
+from eat.agents.base import Proposal
+from eat.agents.parse import correction_message, parse_reply
+from eat.errors import EatError
+from eat.llm import LLMClient
+from eat.runners.base import source_hash
+from eat.state import Candidate, RunState, Team
+from eat.target import Target
+from eat.workspace import Paths, source_name
+
+PROMPTS = Path(eat.teams.__file__).parent / "prompts"
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
+                          keep_trailing_newline=True, autoescape=False)
+
+
+class AttemptError(EatError):
+    """A turn that produced no candidate: `kind` is 'malformed' or 'duplicate'."""
+
+    code = "attempt_failed"
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+def render(name: str, **values) -> str:
+    return _ENV.get_template(name).render(**values)
+
+
+def _idea(reply: str) -> str:
+    """The reply's first line of prose: what the model says it tries."""
+    for line in reply.splitlines():
+        text = line.strip().strip("#*").strip()
+        if text and not text.startswith(("```", "~~~", "<<<<<<<")):
+            return text[:200]
+    return "(no description)"
+
+
+def _takes_cache_markers(model: str) -> bool:
+    return model.startswith(("anthropic/", "bedrock/", "vertex_ai/")) or "claude" in model
+
+
+class LLMAgent:
+    """Coder and debugger of one team; `client_for(role)` gives the LLMClient of a role."""
+
+    def __init__(self, target: Target, paths: Paths, client_for: Callable[[str], LLMClient]):
+        self.target, self.paths, self.client_for = target, paths, client_for
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def _stable(self) -> tuple[str, str]:
+        t = self.target
+        learning = self.paths.learning.read_text() if self.paths.learning.exists() else ""
+        system = render("system.md.j2", target=t)
+        context = render("context.md.j2", target=t, learning=learning,
+                         reference_source=t.path(t.reference.file).read_text(),
+                         baseline_source=t.baseline_source())
+        return system, context
+
+    def _messages(self, role: str, changing: str) -> list[dict]:
+        system, context = self._stable()
+        client = self.client_for(role)
+        if _takes_cache_markers(client.settings.model):
+            stable = {"type": "text", "text": context, "cache_control": {"type": "ephemeral"}}
+            return [{"role": "system", "content": system},
+                    {"role": "user", "content": [stable, {"type": "text", "text": changing}]}]
+        return [{"role": "system", "content": system},
+                {"role": "user", "content": context + "\n\n" + changing}]
+
+    def source_of(self, c: Candidate) -> str:
+        return (self.paths.candidate(c.team, c.cid) / source_name(self.target.language)).read_text()
+
+    def _start(self, team: Team, state: RunState) -> Candidate | None:
+        options = [c for c in (team.best, state.candidates.get(team.start_from or ""), state.best)
+                   if c is not None and c.estimate is not None]
+        return max(options, key=lambda c: c.estimate, default=None)
+
+    # -- turns -------------------------------------------------------------------------------
+
+    def propose(self, team: Team, state: RunState) -> Proposal:
+        parent = self._start(team, state)
+        source = self.source_of(parent) if parent else self.target.baseline_source()
+        recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.idea}"
+                  for c in reversed(state.recent) if c.team == team.id][:6]
+        changing = render("coder.md.j2", team=team, role="coder", recent=recent,
+                          language=self.target.language,
+                          parent=parent and {"cid": parent.cid, "source": source,
+                                             "summary": f"{parent.estimate:.2f}x"})
+        return self._ask(team, state, "coder", changing, source, parent.cid if parent else None)
+
+    def repair(self, team: Team, state: RunState, failed: Candidate, log: str) -> Proposal:
+        changing = render("debugger.md.j2", team=team, role="debugger",
+                          language=self.target.language, failed={
+                              "cid": failed.cid, "idea": failed.idea, "status": failed.status,
+                              "message": failed.message, "log": log[-3000:],
+                              "source": self.source_of(failed)})
+        proposal = self._ask(team, state, "debugger", changing, self.source_of(failed),
+                             failed.cid)
+        proposal.idea = f"repair of {failed.cid}: {proposal.idea}"
+        return proposal
+
+    def _ask(self, team: Team, state: RunState, role: str, changing: str, original: str,
+             parent: str | None) -> Proposal:
+        client, entry = self.client_for(role), self.target.entry.name
+        messages = self._messages(role, changing)
+        reply = client.chat(messages, agent=f"{team.id}/{role}", team=team.id)
+        parsed = parse_reply(reply, original, entry)
+        if parsed.error:  # one short correction round, then the attempt counts as failed
+            messages += [{"role": "assistant", "content": reply},
+                         {"role": "user", "content": correction_message(parsed, entry)}]
+            reply = client.chat(messages, agent=f"{team.id}/{role}", team=team.id)
+            parsed = parse_reply(reply, original, entry)
+            if parsed.error:
+                raise AttemptError("malformed", parsed.error)
+        if source_hash(parsed.source) in state.hashes:
+            raise AttemptError("duplicate", "the reply repeats a candidate already evaluated")
+        return Proposal(source=parsed.source, idea=_idea(reply), parent=parent)

@@ -1,0 +1,179 @@
+"""Every LLM call eat makes: litellm, our own retries, usage and cost, the spend cap.
+
+litellm is imported on first use (it costs ~3 s and, unless told otherwise, reaches for the
+network at import). Retries are ours alone (`num_retries=0`, the SDK's off), driven by RETRY:
+one row per litellm exception class; a class litellm adds that the table lacks fails a test.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+from eat.errors import EatError
+
+# litellm exception class -> retry it? Looked up along the raised class's MRO.
+RETRY: dict[str, bool] = {
+    "RateLimitError": True, "CallerCredentialRateLimitError": True, "Timeout": True,
+    "APIConnectionError": True, "InternalServerError": True, "ServiceUnavailableError": True,
+    "BadGatewayError": True, "MidStreamFallbackError": True, "APIError": True,
+    "APIResponseValidationError": True,
+    "AuthenticationError": False, "CallerCredentialAuthenticationError": False,
+    "PermissionDeniedError": False, "PaymentRequiredError": False, "NotFoundError": False,
+    "BadRequestError": False, "InvalidRequestError": False, "UnprocessableEntityError": False,
+    "ContextWindowExceededError": False, "ContentPolicyViolationError": False,
+    "UnsupportedParamsError": False, "UnsupportedEndpointError": False,
+    "EndpointNotSupportedByModelError": False, "MalformedRequestFieldError": False,
+    "JSONSchemaValidationError": False, "BudgetExceededError": False,
+    "BlockedPiiEntityError": False, "GuardrailRaisedException": False,
+    "SensitiveDataRouteException": False, "RejectedRequestError": False,
+    "ModifyResponseException": False, "ImageFetchError": False, "VectorStoreSearchError": False,
+    "LiteLLMUnknownProvider": False, "ModelNotMappedError": False, "MockException": False,
+    "OpenAIError": False,
+}
+_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH", re.I)
+
+
+class LLMError(EatError):
+    """A call failed for good (not retryable, or retries spent)."""
+
+    code = "llm_error"
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class BudgetSpent(EatError):
+    """The run's --max-cost is reached: no new LLM call starts."""
+
+    code = "budget_spent"
+
+
+class LLMSettings(BaseModel):
+    """How to reach one model."""
+
+    model: str = Field(description="Any litellm model string, e.g. 'openai/gpt-4.1'.")
+    api_base: str | None = Field(None, description="OpenAI-compatible server (vLLM, SGLang, "
+                                 "Ollama), e.g. http://127.0.0.1:8000/v1.")
+    timeout_s: float = Field(300.0, gt=0, description="Per attempt.")
+    attempts: int = Field(5, ge=1, description="Tries per call for retryable failures.")
+    backoff_s: float = Field(2.0, ge=0, description="First wait between tries; doubles.")
+    max_backoff_s: float = Field(60.0, ge=0, description="Longest wait between tries.")
+    input_cost_per_token: float | None = Field(None, ge=0, description="USD, when litellm "
+                                               "does not know the model's price.")
+    output_cost_per_token: float | None = Field(None, ge=0, description="USD, likewise.")
+    temperature: float | None = Field(None, description="Sampling temperature, if set.")
+
+
+class Call(BaseModel):
+    """What one call used (or why it failed): becomes an llm_called event."""
+
+    agent: str
+    team: str | None = None
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float | None = None
+    ok: bool = True
+    error: str | None = None
+
+
+def redact(text: str) -> str:
+    """`text` with the value of every secret-looking environment variable masked."""
+    for name, value in os.environ.items():
+        if _SECRETISH.search(name) and len(value) >= 6:
+            text = text.replace(value, "***")
+    return text
+
+
+def retryable(exc: BaseException) -> bool:
+    # litellm maps some statuses to generic classes (403 arrives as APIError): the status decides.
+    if getattr(exc, "status_code", None) in (400, 401, 402, 403, 404, 422):
+        return False
+    for cls in type(exc).__mro__:
+        if cls.__name__ in RETRY:
+            return RETRY[cls.__name__]
+    return False
+
+
+def check_model(model: str, api_base: str | None = None) -> None:
+    """Raise BadInput when litellm cannot tell which provider serves `model`."""
+    from eat.errors import BadInput
+
+    try:
+        _litellm().get_llm_provider(model=model, api_base=api_base)
+    except Exception as e:  # litellm says so with several exception classes
+        raise BadInput(f"model {model!r}: litellm cannot tell its provider; write "
+                       f"provider/model, e.g. openai/gpt-4.1 ({type(e).__name__})") from None
+
+
+def _litellm():
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+class LLMClient:
+    """Chat completions for one model; `record` gets every Call, `spent` says the run's cost."""
+
+    def __init__(self, settings: LLMSettings, record: Callable[[Call], None],
+                 spent: Callable[[], float] = lambda: 0.0, max_cost: float | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.settings, self.record, self.spent = settings, record, spent
+        self.max_cost, self.sleep = max_cost, sleep
+
+    def chat(self, messages: list[dict], *, agent: str, team: str | None = None,
+             **extra: Any) -> str:
+        """The reply's text; raises BudgetSpent before starting over the cap, LLMError after."""
+        s = self.settings
+        if self.max_cost is not None and self.spent() >= self.max_cost:
+            raise BudgetSpent(f"LLM spend reached the --max-cost cap of ${self.max_cost:g}")
+        litellm = _litellm()
+        kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "timeout": s.timeout_s,
+                                  "num_retries": 0, "max_retries": 0, **extra}
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+            if s.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+                kwargs["api_key"] = "none"  # local servers want some key; this is no secret
+        if s.temperature is not None:
+            kwargs["temperature"] = s.temperature
+        if s.input_cost_per_token is not None:
+            kwargs["input_cost_per_token"] = s.input_cost_per_token
+        if s.output_cost_per_token is not None:
+            kwargs["output_cost_per_token"] = s.output_cost_per_token
+        wait = s.backoff_s
+        for attempt in range(1, s.attempts + 1):
+            try:
+                response = litellm.completion(**kwargs)
+            except Exception as e:  # every provider error arrives as some litellm class
+                again = retryable(e) and attempt < s.attempts
+                why = redact(f"{type(e).__name__}: {' '.join(str(e).split())}")[:300]
+                self.record(Call(agent=agent, team=team, model=s.model, ok=False, error=why))
+                if not again:
+                    raise LLMError(f"{s.model}: {why}", retryable(e)) from None
+                self.sleep(min(s.max_backoff_s, wait) * random.uniform(0.8, 1.2))
+                wait *= 2
+                continue
+            self.record(self._usage(response, agent, team))
+            return response.choices[0].message.content or ""
+        raise AssertionError("unreachable")
+
+    def _usage(self, response, agent: str, team: str | None) -> Call:
+        u = getattr(response, "usage", None)
+        details = getattr(u, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None) or getattr(u, "cache_read_input_tokens",
+                                                                    None) or 0
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        return Call(agent=agent, team=team, model=self.settings.model,
+                    prompt_tokens=getattr(u, "prompt_tokens", 0) or 0,
+                    completion_tokens=getattr(u, "completion_tokens", 0) or 0,
+                    cached_tokens=cached, cost_usd=cost)

@@ -1,0 +1,136 @@
+"""LLM teams end to end: a scripted OpenAI-compatible server on 127.0.0.1, the real CPU runner."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from eat.run import run_status, start_run
+from eat.workspace import Workspace
+
+MODEL = "openai/eat-test-model"
+SECRET = "sk-eat-test-secret-4242"
+
+
+def fenced(source: str, idea: str = "Use ikj order at -O3 so the inner loop streams rows.") -> str:
+    return f"{idea}\n\n```c\n{source}```\n"
+
+
+def kernels(target):
+    base = (target / "baseline.c").read_text()
+    fast = f"// eat:cflags -O3 -march=native\n#define LOOP_ORDER IKJ\n{base}"
+    faster = f"// eat:cflags -O3 -march=native -ffast-math\n#define LOOP_ORDER IKJ\n{base}"
+    return base, fast, faster
+
+
+def events(ws, kind):
+    return [e for e in Workspace.open(ws).read_events()[0] if e.type == kind]
+
+
+def run(target, ws, server, **kw):
+    kw = {"teams": ["coordinate"], "max_evals": 2, "repairs": 0, "llm_backoff_s": 0,
+          "llm_timeout_s": 10} | kw
+    return start_run(target, ws, model=MODEL, api_base=server.base_url, **kw)
+
+
+@pytest.mark.slow
+def test_the_models_faster_kernel_becomes_the_best_and_tokens_are_counted(
+        quick_matmul, tmp_path, llm_server):
+    _, fast, faster = kernels(quick_matmul)
+    llm_server.reply(fenced(fast), prompt_tokens=3000, completion_tokens=400, cached_tokens=0)
+    llm_server.reply(fenced(faster, "Add -ffast-math."), prompt_tokens=3100,
+                     completion_tokens=420, cached_tokens=2800)
+    _, reason = run(quick_matmul, tmp_path / "ws", llm_server)
+    assert reason.startswith("evaluation budget reached")
+    st = run_status(tmp_path / "ws")
+    assert st["best_speedup"] > 2 and st["best_candidate"] in ("c0001", "c0002")
+    assert st["tokens"] == {"prompt": 6100, "completion": 820, "cached": 2800}
+    assert st["llm_calls"] == 2 and st["cost_usd"] == 0 and st["llm_unpriced_calls"] == 2
+    first, second = (r.messages for r in llm_server.requests)
+    assert first[0]["role"] == "system" and first[0] == second[0]
+    # The stable part (target, reference, baseline, learning) comes first; the second prompt
+    # differs only after it.
+    stable = first[1]["content"].split("# Your turn")[0]
+    assert second[1]["content"].startswith(stable.split("## What the run has learned")[0])
+    assert "Use ikj order" in events(tmp_path / "ws", "candidate_evaluated")[0].idea
+
+
+@pytest.mark.slow
+def test_malformed_replies_get_one_correction_then_count_as_a_failed_attempt(
+        quick_matmul, tmp_path, llm_server):
+    _, fast, _ = kernels(quick_matmul)
+    llm_server.reply("I would unroll the loop.").reply("Still no code, sorry.")
+    llm_server.reply(fenced(fast))
+    run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1)
+    (failed,) = events(tmp_path / "ws", "attempt_failed")
+    assert failed.kind == "malformed" and "no code block" in failed.reason
+    correction = llm_server.requests[1].messages[-1]["content"]
+    assert "SEARCH" in correction and "fenced" in correction
+    assert [e.status for e in events(tmp_path / "ws", "candidate_evaluated")] == ["ok"]
+
+
+@pytest.mark.slow
+def test_a_failed_candidate_is_repaired_with_the_compiler_message(
+        quick_matmul, tmp_path, llm_server):
+    _, fast, _ = kernels(quick_matmul)
+    broken = fast.replace("memset(C, 0,", "memset(C, 0 zero,")
+    llm_server.reply(fenced(broken))
+    llm_server.reply(fenced(fast, "A stray token broke memset; removed it."))
+    run(quick_matmul, tmp_path / "ws", llm_server, repairs=2)
+    first, second = events(tmp_path / "ws", "candidate_evaluated")
+    assert first.status == "compile_error" and second.status == "ok"
+    assert second.parent == "c0001" and second.idea.startswith("repair of c0001")
+    repair_prompt = llm_server.requests[1].messages[-1]["content"]
+    assert "compile_error" in repair_prompt and "zero" in repair_prompt
+
+
+@pytest.mark.slow
+def test_the_cost_cap_stops_new_calls_mid_run(quick_matmul, tmp_path, llm_server):
+    _, fast, faster = kernels(quick_matmul)
+    llm_server.reply(fenced(fast), prompt_tokens=1000, completion_tokens=100)
+    llm_server.reply(fenced(faster), prompt_tokens=1000, completion_tokens=100)
+    _, reason = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=5,
+                    max_cost_usd=0.0015, input_cost_per_token=1e-6,
+                    output_cost_per_token=1e-6)
+    assert reason.startswith("cost budget reached")
+    assert len(llm_server.requests) == 2          # 1.1 m$ after one call, 2.2 m$ after two
+    assert run_status(tmp_path / "ws")["cost_usd"] == pytest.approx(0.0022)
+
+
+@pytest.mark.slow
+def test_an_outage_pauses_the_teams_and_the_run_goes_on(quick_matmul, tmp_path, llm_server):
+    _, fast, _ = kernels(quick_matmul)
+    pauses = []
+
+    def sleep(seconds):
+        pauses.append(seconds)
+        if len([p for p in pauses if p >= 30]) == 2:
+            llm_server.reply(fenced(fast))      # the provider comes back
+    _, reason = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1, llm_attempts=2,
+                    sleep=sleep)
+    assert reason.startswith("evaluation budget reached")
+    outages = events(tmp_path / "ws", "attempt_failed")
+    assert [o.kind for o in outages] == ["outage", "outage"]
+    assert [p for p in pauses if p >= 30] == [30.0, 60.0]
+    assert run_status(tmp_path / "ws")["llm_failed_calls"] == 4
+
+
+@pytest.mark.slow
+def test_cli_start_against_a_local_server(quick_matmul, tmp_path, llm_server):
+    _, fast, faster = kernels(quick_matmul)
+    llm_server.reply(fenced(fast), prompt_tokens=2000, completion_tokens=300)
+    llm_server.reply(fenced(faster), prompt_tokens=2100, completion_tokens=310)
+    ws = tmp_path / "ws"
+    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w", str(ws),
+                           "--model", MODEL, "--api-base", llm_server.base_url,
+                           "--max-evals", "2"], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"OPENAI_API_KEY": SECRET})
+    assert done.returncode == 0, done.stderr
+    st = json.loads(subprocess.run([sys.executable, "-m", "eat", "status", str(ws), "--json"],
+                                   capture_output=True, text=True).stdout)
+    assert st["best_speedup"] > 2 and st["tokens"]["prompt"] >= 4100
+    assert llm_server.requests[0].json["model"] == "eat-test-model"
+    leaks = [p for p in ws.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaks == [] and SECRET not in done.stdout + done.stderr
