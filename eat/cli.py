@@ -171,6 +171,9 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
           workspace: Path = typer.Option(None, "--workspace", "-w",
                                          help="New workspace folder (default: workspaces/...)."),
           model: str = typer.Option("offline", "--model", help="'offline' or a litellm model."),
+          supervisor_model: str = typer.Option(None, "--supervisor-model",
+                                               help="litellm model for the supervisor (default: "
+                                               "rules)."),
           api_base: str = typer.Option(None, "--api-base",
                                        help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."),
           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
@@ -180,7 +183,8 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
     from eat.run import start_run
 
     budgets = {k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
-                                 ("max_cost_usd", max_cost), ("api_base", api_base)]
+                                 ("max_cost_usd", max_cost), ("api_base", api_base),
+                                 ("supervisor_model", supervisor_model)]
                if v is not None}
     shown = make_config(target=str(target), **budgets)
     _run_with_progress(start_run, target, workspace, model=model, seed=seed,

@@ -36,6 +36,8 @@ class RunConfig(BaseModel):
     target: str = Field(description="Path of the target folder.")
     model: str = Field("offline", description="Agent model: 'offline' or a litellm model string "
                        "(a team preset's role may name its own).")
+    supervisor_model: str | None = Field(None, description="litellm model for the supervisor's "
+                                         "diagnoses; None: the rule-based supervisor.")
     api_base: str | None = Field(None, description="OpenAI-compatible server for every model "
                                  "(vLLM, SGLang, Ollama), e.g. http://127.0.0.1:8000/v1.")
     llm_timeout_s: float = Field(300.0, gt=0, description="Per LLM call attempt.")

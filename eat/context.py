@@ -32,6 +32,7 @@ class RunContext:
     started: float = field(default_factory=time.monotonic)
     agents: dict[str, Agent] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
+    advisor: Any = None                    # LLMAdvisor when a supervisor model is set
     outages: int = 0                       # consecutive pauses, for the backoff
 
     def pause(self) -> None:

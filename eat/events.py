@@ -116,6 +116,14 @@ class LLMCalled(_Event):
     error: str | None = None
 
 
+class SupervisorAdvised(_Event):
+    type: Literal["supervisor_advised"] = "supervisor_advised"
+    model: str
+    accepted: bool = Field(description="False: both replies were invalid; the rules decided.")
+    diagnosis: str = ""
+    lessons: list[str] = []
+
+
 class AttemptFailed(_Event):
     type: Literal["attempt_failed"] = "attempt_failed"
     team: str
@@ -125,7 +133,7 @@ class AttemptFailed(_Event):
 
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
                         EliteRetimed, PlateauDetected, Restructured, RestructureScored,
-                        LLMCalled, AttemptFailed],
+                        LLMCalled, AttemptFailed, SupervisorAdvised],
                   Field(discriminator="type")]
 EVENT = TypeAdapter(Event)
 
@@ -165,6 +173,10 @@ def describe(e: Event) -> str:
             return f"restructure {e.op} {e.team or ''}: {e.reason}".replace("  ", " ")
         case AttemptFailed():
             return f"team {e.team}: attempt failed ({e.kind}): {e.reason[:160]}"
+        case SupervisorAdvised():
+            if not e.accepted:
+                return f"supervisor ({e.model}): invalid replies, the rules decided"
+            return f"supervisor ({e.model}): {e.diagnosis[:200]}"
         case RestructureScored():
             verdict = "helped" if e.helped else "did not help"
             by = f" ({e.by})" if e.by else ""

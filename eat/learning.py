@@ -109,6 +109,8 @@ def _compose(state, items, keep, effects, dead, untried) -> str:
         lines.append(f"- consolidated: {len(old) + state.older_lessons} earlier lessons, "
                      f"resting on {_cites(cited)}")
     lines += [f"- {text}" for text, _ in recent] or ["- none yet"]
+    if state.supervisor_notes:
+        lines += ["", "## Supervisor's notes", ""] + [f"- {n}" for n in state.supervisor_notes]
     lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
     lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
     lines += ["", "## Open hypotheses", ""]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from eat import learning, supervisor
+from eat.advisor import LLMAdvisor
 from eat.agents.llm import LLMAgent
 from eat.agents.offline import OfflineAgent
 from eat.config import RunConfig, make_config
@@ -41,8 +42,8 @@ def _runner_for(target: Target, runner: Runner | None) -> Runner:
 
 def _make_agent_factory(config: RunConfig, target: Target, presets: dict):
     """(team, ctx) -> its agent: offline knob search, or the LLM agent with each role's model."""
-    if config.model != "offline":
-        check_model(config.model, config.api_base)
+    for model in {config.model, config.supervisor_model} - {"offline", None}:
+        check_model(model, config.api_base)
     if config.model == "offline" and not target.knobs:
         raise BadInput(f"{target.root}: declares no knobs, and the offline agents search knobs "
                        "(give --model a litellm model to use LLM agents)")
@@ -76,6 +77,15 @@ def llm_client(ctx: RunContext, model: str) -> LLMClient:
                      sleep=ctx.sleep)
 
 
+def _advisor(ctx: RunContext) -> LLMAdvisor | None:
+    """The LLM supervisor, when the run names a supervisor model."""
+    model = ctx.config.supervisor_model
+    if not model:
+        return None
+    return LLMAdvisor(llm_client(ctx, model), ctx.target, ctx.presets, ctx.ws.paths.learning,
+                      ctx.config.max_teams)
+
+
 def start_run(target_path: Path, workspace: Path | None = None, *,
               on_event: Callable[[Event, RunState], None] | None = None,
               runner: Runner | None = None, eval_config: EvalConfig | None = None,
@@ -96,6 +106,7 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
                          config=config, presets=presets, make_agent=make_agent,
                          eval_config=eval_config, on_event=on_event or (lambda e, s: None),
                          sleep=sleep)
+        ctx.advisor = _advisor(ctx)
         _begin(ctx)
         return ws.paths.root, _loop(ctx)
 
@@ -139,6 +150,7 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
                          presets=presets, make_agent=make_agent, eval_config=eval_config,
                          on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s,
                          sleep=sleep)
+        ctx.advisor = _advisor(ctx)
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
         recovered = _recover(ctx)

@@ -13,7 +13,8 @@ from typing import Any
 
 from eat.config import PlateauConfig
 from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, LLMCalled,
-                        PlateauDetected, RestructureScored, Restructured, RunStarted, TeamSpawned)
+                        PlateauDetected, RestructureScored, Restructured, RunStarted,
+                        SupervisorAdvised, TeamSpawned)
 
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 
@@ -144,6 +145,7 @@ class RunState:
         self.knob_stats: dict[tuple[str, str], list] = {}  # (knob, value) -> [tries, best, cid]
         self.usage = Usage()
         self.agent_usage: dict[str, Usage] = {}
+        self.supervisor_notes: deque[str] = deque(maxlen=9)
 
     @classmethod
     def from_events(cls, events: list[Event], plateau: PlateauConfig | None = None) -> RunState:
@@ -200,6 +202,8 @@ class RunState:
                 self.agent_usage.setdefault(e.agent, Usage()).add(e)
                 if e.team in self.teams:
                     self.teams[e.team].usage.add(e)
+            case SupervisorAdvised():
+                self.supervisor_notes.extend(e.lessons)
             case AttemptFailed():
                 team = self.teams.get(e.team)
                 if team:

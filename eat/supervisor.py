@@ -19,10 +19,11 @@ from langgraph.graph import END, START, StateGraph
 
 from eat import learning
 from eat.context import RunContext
-from eat.events import AttemptFailed, EliteRetimed
+from eat.events import AttemptFailed, EliteRetimed, SupervisorAdvised
 from eat.llm import BudgetSpent, LLMError
 from eat.plateau import Plateau, detect_plateaus, elite_to_retime
-from eat.restructure import Diagnosis, decide, diagnose, operation_events, score
+from eat.advisor import to_operations
+from eat.restructure import Diagnosis, Operation, decide, diagnose, operation_events, score
 from eat.state import Candidate
 from eat.team import pick_team, step as team_step, write_notes
 
@@ -39,6 +40,7 @@ class Step(TypedDict, total=False):
     stop: str | None
     plateaus: list[dict]
     diagnoses: list[dict]
+    advised: list[dict] | None       # the LLM supervisor's operations, when it gave valid ones
     dispatched: str | None
 
 
@@ -96,12 +98,28 @@ def build_graph(ctx: RunContext) -> StateGraph:
         return {"plateaus": [asdict(p) for p in plateaus], "at_seq": ctx.state.seq}
 
     def diagnose_node(s: Step) -> Step:
-        found = [diagnose(Plateau(**p), ctx.state) for p in s["plateaus"]]
-        return {"diagnoses": [asdict(d) for d in found]}
+        plateaus = [Plateau(**p) for p in s["plateaus"]]
+        found = [diagnose(p, ctx.state) for p in plateaus]
+        out: Step = {"diagnoses": [asdict(d) for d in found], "advised": None}
+        if ctx.advisor is not None:
+            try:
+                decision = ctx.advisor.decide(plateaus, ctx.state)
+            except (LLMError, BudgetSpent):
+                decision = None  # no model now: the rules decide this time
+            ctx.record(SupervisorAdvised(model=ctx.advisor.client.settings.model,
+                                         accepted=decision is not None,
+                                         diagnosis=decision.diagnosis if decision else "",
+                                         lessons=decision.lessons if decision else []))
+            if decision is not None:
+                out["advised"] = [asdict(op) for op in to_operations(decision, ctx.state)]
+        return out
 
     def restructure(s: Step) -> Step:
         found = [Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])})) for d in s["diagnoses"]]
-        ops = decide(found, ctx.state, ctx.config.max_teams, ctx.config.plateau.team_window)
+        if s.get("advised") is not None:
+            ops = [Operation(**op) for op in s["advised"]]
+        else:
+            ops = decide(found, ctx.state, ctx.config.max_teams, ctx.config.plateau.team_window)
         messages, teams = [], []
         for i, op in enumerate(ops):
             key = f"{s['at_seq']}:{i}"
