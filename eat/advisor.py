@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from eat.agents.llm import render
+from eat.agents.llm import _json_object, render
 from eat.llm import LLMClient
 from eat.plateau import Plateau
 from eat.restructure import Operation
@@ -95,15 +95,6 @@ def to_operations(d: Decision, state: RunState) -> list[Operation]:
     return ops
 
 
-def _json(text: str) -> str:
-    """The JSON object in a reply, fenced or not."""
-    m = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.S)
-    if m:
-        return m.group(1)
-    start, end = text.find("{"), text.rfind("}")
-    return text[start:end + 1] if start >= 0 and end > start else text
-
-
 class LLMAdvisor:
     """Asks a model for the diagnosis and restructure; None means: use the rules."""
 
@@ -116,7 +107,7 @@ class LLMAdvisor:
         for attempt in range(2):
             reply = self.client.chat(messages, agent="supervisor")
             try:
-                d = Decision.model_validate_json(_json(reply))
+                d = Decision.model_validate_json(_json_object(reply))
                 errors = problems(d, state, self.presets, self.max_teams)
             except ValidationError as e:
                 d, errors = None, [f"{'.'.join(map(str, x['loc']))}: {x['msg']}"

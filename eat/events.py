@@ -62,6 +62,7 @@ class CandidateEvaluated(_Event):
     gflops: float | None = None
     vendor_gflops: float | None = None
     message: str = ""
+    plan_item: int | None = Field(None, description="Index of the team plan's idea it tried.")
 
 
 class EliteRetimed(_Event):
@@ -116,6 +117,12 @@ class LLMCalled(_Event):
     error: str | None = None
 
 
+class PlanUpdated(_Event):
+    type: Literal["plan_updated"] = "plan_updated"
+    team: str
+    ideas: list[dict[str, Any]] = Field(description="{idea, expected_gain}, best first.")
+
+
 class SupervisorAdvised(_Event):
     type: Literal["supervisor_advised"] = "supervisor_advised"
     model: str
@@ -133,7 +140,7 @@ class AttemptFailed(_Event):
 
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
                         EliteRetimed, PlateauDetected, Restructured, RestructureScored,
-                        LLMCalled, AttemptFailed, SupervisorAdvised],
+                        LLMCalled, AttemptFailed, SupervisorAdvised, PlanUpdated],
                   Field(discriminator="type")]
 EVENT = TypeAdapter(Event)
 
@@ -173,6 +180,9 @@ def describe(e: Event) -> str:
             return f"restructure {e.op} {e.team or ''}: {e.reason}".replace("  ", " ")
         case AttemptFailed():
             return f"team {e.team}: attempt failed ({e.kind}): {e.reason[:160]}"
+        case PlanUpdated():
+            return f"team {e.team} planned: " + "; ".join(
+                f"{i['idea'][:60]} (~{i['expected_gain']}x)" for i in e.ideas)[:300]
         case SupervisorAdvised():
             if not e.accepted:
                 return f"supervisor ({e.model}): invalid replies, the rules decided"

@@ -60,7 +60,7 @@ def _make_agent_factory(config: RunConfig, target: Target, presets: dict):
             r = roles.get(role)
             return llm_client(ctx, (r.model if r and r.model else None) or config.model)
 
-        return LLMAgent(target, ctx.ws.paths, client_for)
+        return LLMAgent(target, ctx.ws.paths, client_for, frozenset(llm_roles))
 
     return make
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from eat.config import PlateauConfig
 from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, LLMCalled,
-                        PlateauDetected, RestructureScored, Restructured, RunStarted,
-                        SupervisorAdvised, TeamSpawned)
+                        PlanUpdated, PlateauDetected, RestructureScored, Restructured,
+                        RunStarted, SupervisorAdvised, TeamSpawned)
 
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 
@@ -65,6 +65,7 @@ class Team:
     offset: float = 0.0        # turns credited at spawn, so a new team does not catch up
     failed_attempts: int = 0   # turns that produced no candidate (malformed reply, outage)
     usage: "Usage" = field(default_factory=lambda: Usage())
+    plan: list[dict] = field(default_factory=list)   # {idea, expected_gain, tried: cid|None}
 
     @property
     def turns(self) -> float:
@@ -204,6 +205,9 @@ class RunState:
                     self.teams[e.team].usage.add(e)
             case SupervisorAdvised():
                 self.supervisor_notes.extend(e.lessons)
+            case PlanUpdated():
+                if e.team in self.teams:
+                    self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
             case AttemptFailed():
                 team = self.teams.get(e.team)
                 if team:
@@ -228,6 +232,8 @@ class RunState:
         self.recent.append(c)
         team = self.teams.get(e.team)
         threshold = self.threshold()
+        if team and e.plan_item is not None and e.plan_item < len(team.plan):
+            team.plan[e.plan_item]["tried"] = c.cid
         if team:
             team.evals += 1
             team.failures = 0 if c.status == "ok" else team.failures + 1

@@ -14,7 +14,7 @@ from eat.context import RunContext
 from eat.errors import BadInput
 from eat.agents.base import Proposal
 from eat.agents.llm import AttemptError
-from eat.events import AttemptFailed, CandidateEvaluated
+from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated
 from eat.runners.base import Evaluation
 from eat.state import Team
 from eat.workspace import source_name, write_atomic
@@ -80,6 +80,8 @@ def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | No
     if proposal is None:
         team.exhausted = True
         return None
+    if proposal.plan:
+        ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in proposal.plan]))
     event, ev = _evaluate(team, proposal, ctx)
     for _ in range(ctx.config.repairs if hasattr(agent, "repair") else 0):
         if event.status == "ok" or ctx.state.evaluations >= ctx.config.max_evals:
@@ -99,7 +101,7 @@ def _evaluate(team: Team, proposal: Proposal, ctx: RunContext):
     cid = ctx.state.next_candidate_id()
     ev = ctx.runner.evaluate(ctx.target, proposal.source, config=ctx.eval_config)
     meta = {"team": team.id, "idea": proposal.idea, "knobs": proposal.knobs,
-            "parent": proposal.parent}
+            "parent": proposal.parent, "plan_item": proposal.plan_item}
     ctx.ws.write_candidate(team.id, cid, {source_name(ctx.target.language): proposal.source,
                                           "meta.json": json.dumps(meta, indent=2)},
                            ev.model_dump(mode="json"))
@@ -121,6 +123,7 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
         candidate=cid, team=meta["team"], idea=meta.get("idea", ""),
         knobs=meta.get("knobs", {}), parent=meta.get("parent"), source_hash=ev.source_hash,
         status=ev.status, speedup=ev.speedup, noise=noise, message=ev.message[:500],
+        plan_item=meta.get("plan_item"),
         gflops=best_w.gflops if best_w else None,
         vendor_gflops=best_w.vendor_gflops if best_w else None)
 
@@ -138,8 +141,13 @@ def write_notes(team: Team, ctx: RunContext) -> None:
              else "- best: none yet", "", "## Recent attempts", ""]
     for c in recent:
         result = f"{c.estimate:.2f}x" if c.estimate else c.status
-        knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.items())
-        lines.append(f"- {c.cid}: {result} ({knobs})")
+        what = ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or c.idea
+        lines.append(f"- {c.cid}: {result} ({what})")
+    if team.plan:
+        lines += ["", "## Plan (planner's ideas, best first)", ""]
+        for p in team.plan:
+            mark = f"[x] {p['tried']}" if p["tried"] else "[ ]"
+            lines.append(f"- {mark} {p['idea']} (expected {p['expected_gain']}x)")
     write_atomic(paths.team_notes(team.id), "\n".join(lines) + "\n", durable=False)
     spec = {"id": team.id, "preset": team.preset, "strategy": team.strategy,
             "directive": team.directive, "share": team.share, "state": team.state,

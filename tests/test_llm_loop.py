@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from llm_server import HTTPError, Reply
 
 from eat.run import run_status, start_run
 from eat.workspace import Workspace
@@ -25,13 +26,40 @@ def kernels(target):
     return base, fast, faster
 
 
+PLAN = {"ideas": [{"idea": "ikj loop order at -O3", "expected_gain": 8},
+                  {"idea": "add -ffast-math", "expected_gain": 1.5}]}
+
+
+class Script:
+    """Answers planner prompts with PLAN and coder/debugger prompts from a queue, in order."""
+
+    def __init__(self, server):
+        self.coder, self.planner_calls = [], 0
+        server.default = self
+
+    def reply(self, content, **usage):
+        self.coder.append(Reply(content, **usage))
+        return self
+
+    def push(self, step):
+        self.coder.append(step)
+        return self
+
+    def __call__(self, req):
+        text = json.dumps(req["messages"])
+        if "# Plan the next ideas" in text:
+            self.planner_calls += 1
+            return Reply(json.dumps(PLAN), prompt_tokens=500, completion_tokens=50)
+        return self.coder.pop(0) if self.coder else HTTPError(500, "script exhausted")
+
+
 def events(ws, kind):
     return [e for e in Workspace.open(ws).read_events()[0] if e.type == kind]
 
 
 def run(target, ws, server, **kw):
     kw = {"teams": ["coordinate"], "max_evals": 2, "repairs": 0, "llm_backoff_s": 0,
-          "llm_timeout_s": 10} | kw
+          "llm_timeout_s": 10, "sleep": lambda s: None} | kw
     return start_run(target, ws, model=MODEL, api_base=server.base_url, **kw)
 
 
@@ -39,16 +67,22 @@ def run(target, ws, server, **kw):
 def test_the_models_faster_kernel_becomes_the_best_and_tokens_are_counted(
         quick_matmul, tmp_path, llm_server):
     _, fast, faster = kernels(quick_matmul)
-    llm_server.reply(fenced(fast), prompt_tokens=3000, completion_tokens=400, cached_tokens=0)
-    llm_server.reply(fenced(faster, "Add -ffast-math."), prompt_tokens=3100,
-                     completion_tokens=420, cached_tokens=2800)
+    script = Script(llm_server)
+    script.reply(fenced(fast), prompt_tokens=3000, completion_tokens=400, cached_tokens=0)
+    script.reply(fenced(faster, "Add -ffast-math."), prompt_tokens=3100,
+                 completion_tokens=420, cached_tokens=2800)
     _, reason = run(quick_matmul, tmp_path / "ws", llm_server)
     assert reason.startswith("evaluation budget reached")
     st = run_status(tmp_path / "ws")
     assert st["best_speedup"] > 2 and st["best_candidate"] in ("c0001", "c0002")
-    assert st["tokens"] == {"prompt": 6100, "completion": 820, "cached": 2800}
-    assert st["llm_calls"] == 2 and st["cost_usd"] == 0 and st["llm_unpriced_calls"] == 2
-    first, second = (r.messages for r in llm_server.requests)
+    assert script.planner_calls == 1       # one plan of two ideas serves both turns
+    assert st["tokens"] == {"prompt": 6600, "completion": 870, "cached": 2800}
+    assert st["llm_calls"] == 3 and st["cost_usd"] == 0 and st["llm_unpriced_calls"] == 3
+    planner, first, second = (r.messages for r in llm_server.requests)
+    assert "Idea to implement now (from your team's planner): ikj loop order" in \
+        first[1]["content"]
+    notes = (tmp_path / "ws" / "teams" / "coordinate-1" / "NOTES.md").read_text()
+    assert "[x] c0001 ikj loop order at -O3" in notes and "[x] c0002 add -ffast-math" in notes
     assert first[0]["role"] == "system" and first[0] == second[0]
     # The stable part (target, reference, baseline, learning) comes first; the second prompt
     # differs only after it.
@@ -61,12 +95,12 @@ def test_the_models_faster_kernel_becomes_the_best_and_tokens_are_counted(
 def test_malformed_replies_get_one_correction_then_count_as_a_failed_attempt(
         quick_matmul, tmp_path, llm_server):
     _, fast, _ = kernels(quick_matmul)
-    llm_server.reply("I would unroll the loop.").reply("Still no code, sorry.")
-    llm_server.reply(fenced(fast))
+    Script(llm_server).reply("I would unroll the loop.").reply("Still no code, sorry.") \
+        .reply(fenced(fast))
     run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1)
     (failed,) = events(tmp_path / "ws", "attempt_failed")
     assert failed.kind == "malformed" and "no code block" in failed.reason
-    correction = llm_server.requests[1].messages[-1]["content"]
+    correction = llm_server.requests[2].messages[-1]["content"]
     assert "SEARCH" in correction and "fenced" in correction
     assert [e.status for e in events(tmp_path / "ws", "candidate_evaluated")] == ["ok"]
 
@@ -76,38 +110,42 @@ def test_a_failed_candidate_is_repaired_with_the_compiler_message(
         quick_matmul, tmp_path, llm_server):
     _, fast, _ = kernels(quick_matmul)
     broken = fast.replace("memset(C, 0,", "memset(C, 0 zero,")
-    llm_server.reply(fenced(broken))
-    llm_server.reply(fenced(fast, "A stray token broke memset; removed it."))
+    Script(llm_server).reply(fenced(broken)) \
+        .reply(fenced(fast, "A stray token broke memset; removed it."))
     run(quick_matmul, tmp_path / "ws", llm_server, repairs=2)
     first, second = events(tmp_path / "ws", "candidate_evaluated")
     assert first.status == "compile_error" and second.status == "ok"
     assert second.parent == "c0001" and second.idea.startswith("repair of c0001")
-    repair_prompt = llm_server.requests[1].messages[-1]["content"]
+    repair_prompt = llm_server.requests[2].messages[-1]["content"]
     assert "compile_error" in repair_prompt and "zero" in repair_prompt
 
 
 @pytest.mark.slow
 def test_the_cost_cap_stops_new_calls_mid_run(quick_matmul, tmp_path, llm_server):
     _, fast, faster = kernels(quick_matmul)
-    llm_server.reply(fenced(fast), prompt_tokens=1000, completion_tokens=100)
-    llm_server.reply(fenced(faster), prompt_tokens=1000, completion_tokens=100)
+    Script(llm_server).reply(fenced(fast), prompt_tokens=1000, completion_tokens=100) \
+        .reply(fenced(faster), prompt_tokens=1000, completion_tokens=100)
     _, reason = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=5,
                     max_cost_usd=0.0015, input_cost_per_token=1e-6,
                     output_cost_per_token=1e-6)
     assert reason.startswith("cost budget reached")
-    assert len(llm_server.requests) == 2          # 1.1 m$ after one call, 2.2 m$ after two
-    assert run_status(tmp_path / "ws")["cost_usd"] == pytest.approx(0.0022)
+    # planner 0.55 m$, coder 1.1 m$: over the cap after the second call, and no third call
+    assert len(llm_server.requests) == 2
+    assert run_status(tmp_path / "ws")["cost_usd"] == pytest.approx(0.00165)
 
 
 @pytest.mark.slow
 def test_an_outage_pauses_the_teams_and_the_run_goes_on(quick_matmul, tmp_path, llm_server):
     _, fast, _ = kernels(quick_matmul)
     pauses = []
+    script = Script(llm_server)
+    script.push(HTTPError(503))                  # both tries of the first coder call fail
+    script.push(HTTPError(503))
 
     def sleep(seconds):
         pauses.append(seconds)
         if len([p for p in pauses if p >= 30]) == 2:
-            llm_server.reply(fenced(fast))      # the provider comes back
+            script.reply(fenced(fast))          # the provider comes back
     _, reason = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1, llm_attempts=2,
                     sleep=sleep)
     assert reason.startswith("evaluation budget reached")
@@ -120,8 +158,8 @@ def test_an_outage_pauses_the_teams_and_the_run_goes_on(quick_matmul, tmp_path, 
 @pytest.mark.slow
 def test_cli_start_against_a_local_server(quick_matmul, tmp_path, llm_server):
     _, fast, faster = kernels(quick_matmul)
-    llm_server.reply(fenced(fast), prompt_tokens=2000, completion_tokens=300)
-    llm_server.reply(fenced(faster), prompt_tokens=2100, completion_tokens=310)
+    Script(llm_server).reply(fenced(fast), prompt_tokens=2000, completion_tokens=300) \
+        .reply(fenced(faster), prompt_tokens=2100, completion_tokens=310)
     ws = tmp_path / "ws"
     done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w", str(ws),
                            "--model", MODEL, "--api-base", llm_server.base_url,

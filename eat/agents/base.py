@@ -9,6 +9,13 @@ from pydantic import BaseModel, Field
 from eat.state import RunState, Team
 
 
+class PlanItem(BaseModel):
+    """One idea of a team's plan."""
+
+    idea: str = Field(min_length=1, description="What to change and why.")
+    expected_gain: float = Field(gt=0, description="Expected speedup over the team's best.")
+
+
 class Proposal(BaseModel):
     """A candidate to evaluate, with what the agent meant by it."""
 
@@ -16,6 +23,8 @@ class Proposal(BaseModel):
     idea: str = Field(description="One line: what this candidate tries.")
     knobs: dict[str, Any] = Field({}, description="Knob values, where the agent set knobs.")
     parent: str | None = Field(None, description="Candidate id this one changes.")
+    plan: list[PlanItem] | None = Field(None, description="A new plan made for this turn.")
+    plan_item: int | None = Field(None, description="Index of the plan's idea it implements.")
 
 
 class Agent(Protocol):

@@ -8,13 +8,15 @@ that take explicit cache markers get one at the end of the stable part.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
 import jinja2
+from pydantic import BaseModel, Field, ValidationError
 
 import eat.teams
-from eat.agents.base import Proposal
+from eat.agents.base import PlanItem, Proposal
 from eat.agents.parse import correction_message, parse_reply
 from eat.errors import EatError
 from eat.llm import LLMClient
@@ -26,6 +28,22 @@ from eat.workspace import Paths, source_name
 PROMPTS = Path(eat.teams.__file__).parent / "prompts"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
                           keep_trailing_newline=True, autoescape=False)
+
+
+PLAN_SIZE = 5
+
+
+class _Plan(BaseModel):
+    ideas: list[PlanItem] = Field(min_length=1, max_length=PLAN_SIZE)
+
+
+def _json_object(text: str) -> str:
+    """The JSON object in a reply, fenced or not."""
+    m = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.S)
+    if m:
+        return m.group(1)
+    start, end = text.find("{"), text.rfind("}")
+    return text[start:end + 1] if start >= 0 and end > start else text
 
 
 class AttemptError(EatError):
@@ -58,8 +76,10 @@ def _takes_cache_markers(model: str) -> bool:
 class LLMAgent:
     """Coder and debugger of one team; `client_for(role)` gives the LLMClient of a role."""
 
-    def __init__(self, target: Target, paths: Paths, client_for: Callable[[str], LLMClient]):
+    def __init__(self, target: Target, paths: Paths, client_for: Callable[[str], LLMClient],
+                 roles: frozenset[str] = frozenset({"coder"})):
         self.target, self.paths, self.client_for = target, paths, client_for
+        self.roles = roles
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -97,11 +117,38 @@ class LLMAgent:
         source = self.source_of(parent) if parent else self.target.baseline_source()
         recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.idea}"
                   for c in reversed(state.recent) if c.team == team.id][:6]
+        plan, new_plan = team.plan, None
+        if "planner" in self.roles and all(p["tried"] for p in plan):
+            new_plan = self._plan(team, recent)
+            plan = [p.model_dump() | {"tried": None} for p in new_plan or []]
+        item = next((i for i, p in enumerate(plan) if not p["tried"]), None)
         changing = render("coder.md.j2", team=team, role="coder", recent=recent,
                           language=self.target.language,
+                          idea=plan[item]["idea"] if item is not None else None,
                           parent=parent and {"cid": parent.cid, "source": source,
                                              "summary": f"{parent.estimate:.2f}x"})
-        return self._ask(team, state, "coder", changing, source, parent.cid if parent else None)
+        proposal = self._ask(team, state, "coder", changing, source,
+                             parent.cid if parent else None)
+        proposal.plan, proposal.plan_item = new_plan, item
+        return proposal
+
+    def _plan(self, team: Team, recent: list[str]) -> list[PlanItem] | None:
+        """The planner's next ideas (None: two unusable replies; the coder then chooses)."""
+        done = [f"{p['idea']} -> {p['tried']}" for p in team.plan if p["tried"]][-10:]
+        best = f"{team.best.cid} at {team.best.estimate:.2f}x" if team.best_estimate else None
+        messages = self._messages("planner", render(
+            "planner.md.j2", team=team, best=best, recent=recent, done=done, size=PLAN_SIZE))
+        client = self.client_for("planner")
+        for _ in range(2):
+            reply = client.chat(messages, agent=f"{team.id}/planner", team=team.id)
+            try:
+                return _Plan.model_validate_json(_json_object(reply)).ideas
+            except ValidationError as e:
+                messages += [{"role": "assistant", "content": reply},
+                             {"role": "user", "content": "That is not the JSON object asked "
+                              f"for ({e.errors()[0]['msg']}). Answer again with only "
+                              '{"ideas": [{"idea": "...", "expected_gain": 1.2}]}.'}]
+        return None
 
     def repair(self, team: Team, state: RunState, failed: Candidate, log: str) -> Proposal:
         changing = render("debugger.md.j2", team=team, role="debugger",
