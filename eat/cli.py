@@ -170,25 +170,30 @@ _MAX_COST = typer.Option(None, "--max-cost", help="LLM spend cap in USD for the 
 def start(target: Path = typer.Argument(..., help="Target folder (with target.toml)."),
           workspace: Path = typer.Option(None, "--workspace", "-w",
                                          help="New workspace folder (default: workspaces/...)."),
-          model: str = typer.Option("offline", "--model", help="'offline' or a litellm model."),
+          model: str = typer.Option(None, "--model",
+                                    help="'offline' (default) or a litellm model."),
           supervisor_model: str = typer.Option(None, "--supervisor-model",
                                                help="litellm model for the supervisor (default: "
                                                "rules)."),
           api_base: str = typer.Option(None, "--api-base",
                                        help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."),
           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
-          seed: int = typer.Option(0, "--seed", help="Seed of the offline agents' choices.")):
+          seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
+          config: Path = typer.Option(None, "--config",
+                                      help="TOML file of run settings (default: ./eat.toml if "
+                                      "present); flags override it.")):
     """Start a run on a target in a new workspace."""
-    from eat.config import make_config
+    from eat.config import make_config, settings_file
     from eat.run import start_run
 
-    budgets = {k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
-                                 ("max_cost_usd", max_cost), ("api_base", api_base),
-                                 ("supervisor_model", supervisor_model)]
-               if v is not None}
-    shown = make_config(target=str(target), **budgets)
-    _run_with_progress(start_run, target, workspace, model=model, seed=seed,
-                       shown_evals=shown.max_evals, shown_time=shown.max_time_s, **budgets)
+    flags = {k: v for k, v in [("model", model), ("seed", seed), ("max_evals", max_evals),
+                               ("max_time_s", max_time), ("max_cost_usd", max_cost),
+                               ("api_base", api_base), ("supervisor_model", supervisor_model)]
+             if v is not None}
+    options = settings_file(config) | flags
+    shown = make_config(target=str(target), **options)
+    _run_with_progress(start_run, target, workspace, shown_evals=shown.max_evals,
+                       shown_time=shown.max_time_s, **options)
 
 
 @app.command()

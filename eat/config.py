@@ -74,6 +74,26 @@ def make_config(**fields) -> RunConfig:
         raise BadInput(f"option {_first_error(e)}") from None
 
 
+def settings_file(path: Path | None) -> dict:
+    """Run settings from a TOML file (default ./eat.toml, if there is one), minus `target`."""
+    if path is None:
+        path = Path("eat.toml")
+        if not path.is_file():
+            return {}
+    if not path.is_file():
+        raise BadInput(f"{path}: file not found")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path}: not valid TOML: {e}") from None
+    data.pop("target", None)
+    try:
+        RunConfig.model_validate(data | {"target": "-"})
+    except ValidationError as e:
+        raise BadInput(f"{path}: {_first_error(e)}") from None
+    return data
+
+
 def load_config(path: Path) -> RunConfig:
     """Read eat.toml; raises BadInput naming the file and the field."""
     if not path.is_file():

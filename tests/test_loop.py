@@ -159,3 +159,16 @@ def test_time_budget_is_a_total_over_sessions(tmp_path, quick_matmul):
     _, reason = resume_run(ws)            # the budget is spent: nothing more runs
     assert reason.startswith("time budget reached")
     assert run_status(ws)["evaluations"] == second["evaluations"]
+
+
+def test_run_settings_come_from_a_toml_file_and_flags_override_it(tmp_path, quick_matmul):
+    settings = tmp_path / "settings.toml"
+    settings.write_text('max_evals = 5\nteams = ["explorer"]\nseed = 7\n')
+    ws = tmp_path / "ws"
+    done = subprocess.run(eat_cmd("start", str(quick_matmul), "-w", str(ws), "--config",
+                                  str(settings), "--max-evals", "1"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    config = Workspace.open(ws).config()
+    assert (config.max_evals, config.teams, config.seed) == (1, ["explorer"], 7)
+    assert [t["id"] for t in run_status(ws)["teams"]] == ["explorer-1"]
