@@ -8,7 +8,7 @@ import sys
 import pytest
 from llm_server import HTTPError, Reply
 
-from eat.run import run_status, start_run
+from eat.run import resume_run, run_status, start_run
 from eat.workspace import Workspace
 
 MODEL = "openai/eat-test-model"
@@ -132,6 +132,11 @@ def test_the_cost_cap_stops_new_calls_mid_run(quick_matmul, tmp_path, llm_server
     # planner 0.55 m$, coder 1.1 m$: over the cap after the second call, and no third call
     assert len(llm_server.requests) == 2
     assert run_status(tmp_path / "ws")["cost_usd"] == pytest.approx(0.00165)
+    # The spend survives resume: a cap of 2 m$ for the whole run allows one more call only.
+    _, reason = resume_run(tmp_path / "ws", max_cost_usd=0.002, sleep=lambda s: None)
+    assert reason.startswith("cost budget reached")
+    assert len(llm_server.requests) == 3
+    assert run_status(tmp_path / "ws")["cost_usd"] == pytest.approx(0.00275)
 
 
 @pytest.mark.slow
