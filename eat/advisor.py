@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from eat.agents.llm import _json_object, render
 from eat.llm import LLMClient
@@ -43,7 +43,7 @@ class Decision(BaseModel):
 
     diagnosis: str = Field(min_length=1)
     operations: list[OpChoice] = Field(max_length=MAX_OPS)
-    lessons: list[str] = Field([], max_length=3)
+    lessons: list[Annotated[str, StringConstraints(max_length=300)]] = Field([], max_length=3)
 
 
 def problems(d: Decision, state: RunState, presets: dict, max_teams: int) -> list[str]:

@@ -29,22 +29,31 @@ def _cites(ids: list[str], most: int = 8) -> str:
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
+def _what(c) -> str:
+    return ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or c.idea[:100] or c.cid
+
+
 def lessons(state: RunState) -> list[tuple[str, list[str]]]:
-    """Lessons from new bests, then from scored restructures, each with the ids it rests on."""
+    """The run's lessons, oldest first, each with the candidate ids it rests on."""
     out = []
-    for new, old, new_x, old_x in state.new_bests:
-        if old is None:
-            out.append((f"first working candidate {new.cid}: {_x(new_x)} "
-                        f"({', '.join(f'{k}={v}' for k, v in new.knobs.items())})", [new.cid]))
+    for record, ids in state.lesson_log:
+        if record[0] == "best":
+            _, new, old, new_x, old_x = record
+            if old is None:
+                text = f"first working candidate {new.cid}: {_x(new_x)} ({_what(new)})"
+            elif new.knobs or old.knobs:
+                text = (f"{_diff(new.knobs, old.knobs)}: {_x(old_x)} -> {_x(new_x)} "
+                        f"({new.cid} over {old.cid})")
+            else:
+                text = f"{new.idea[:100] or 'a new source'}: {_x(old_x)} -> {_x(new_x)} " \
+                       f"({new.cid} over {old.cid})"
         else:
-            out.append((f"{_diff(new.knobs, old.knobs)}: {_x(old_x)} -> {_x(new_x)} "
-                        f"({new.cid} over {old.cid})", [new.cid, old.cid]))
-    for s in state.scored:
-        verdict = "helped" if s.helped else "did not help"
-        by = f", by {s.by}" if s.by else ""
-        what = state.restructure_ops.get(s.restructure, "")
-        out.append((f"restructure #{s.restructure} ({what}) {verdict}: best "
-                    f"{_x(s.best_before)} -> {_x(s.best_after)}{by}", [s.by] if s.by else []))
+            _, s, what = record
+            verdict = "helped" if s.helped else "did not help"
+            by = f", by {s.by}" if s.by else ""
+            text = (f"restructure ({what}) {verdict}: best {_x(s.best_before)} -> "
+                    f"{_x(s.best_after)}{by}")
+        out.append((text, ids))
     return out
 
 
@@ -92,32 +101,36 @@ def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
 
 
 def _compose(state, items, keep, effects, dead, untried) -> str:
-    b = state.best
-    head = ["## Best so far", ""]
-    if b:
-        vendor = f"; the vendor library reaches {b.vendor_gflops:.1f} GFLOP/s" \
-            if b.vendor_gflops else ""
-        flops = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
-        head.append(f"{b.cid} (team {b.team}): {_x(b.estimate)} over the baseline{flops}"
-                    f"{vendor}; knobs {', '.join(f'{k}={v}' for k, v in b.knobs.items())}")
-    else:
-        head.append("No verified candidate yet.")
-    lines = head + ["", "## Lessons", ""]
+    # Most stable first, so LLM prompt caches keep hitting: the lessons only grow at their end;
+    # what changes with every new best comes last.
+    lines = ["## Lessons", ""]
     old, recent = items[:len(items) - keep], items[len(items) - keep:]
     if old or state.older_lessons:
-        cited = state.older_ids + [c for _, ids in old for c in ids]
+        cited = list(dict.fromkeys(state.older_ids + [c for _, ids in old for c in ids]))
         lines.append(f"- consolidated: {len(old) + state.older_lessons} earlier lessons, "
                      f"resting on {_cites(cited)}")
     lines += [f"- {text}" for text, _ in recent] or ["- none yet"]
     if state.supervisor_notes:
         lines += ["", "## Supervisor's notes", ""] + [f"- {n}" for n in state.supervisor_notes]
-    lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
-    lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
-    lines += ["", "## Open hypotheses", ""]
-    lines.append(f"- untried knob values: {', '.join(untried)}" if untried
-                 else "- every knob value has been tried at least once")
+    if state.knob_stats:
+        lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects]
+                                                       or ["- no data"])
+        lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
+        lines += ["", "## Open hypotheses", ""]
+        lines.append(f"- untried knob values: {', '.join(untried)}" if untried
+                     else "- every knob value has been tried at least once")
+    b = state.best
+    lines += ["", "## Best so far", ""]
+    if b:
+        vendor = f"; the vendor library reaches {b.vendor_gflops:.1f} GFLOP/s" \
+            if b.vendor_gflops else ""
+        flops = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
+        lines.append(f"{b.cid} (team {b.team}): {_x(b.estimate)} over the baseline{flops}"
+                     f"{vendor}; {_what(b)}")
+    else:
+        lines.append("No verified candidate yet.")
     if state.restructures:
-        lines.append(f"- {state.restructures} restructures so far; {state.plateaus} plateaus")
+        lines.append(f"{state.restructures} restructures so far; {state.plateaus} plateaus")
     return "\n".join(lines)
 
 

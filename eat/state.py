@@ -17,6 +17,7 @@ from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, 
                         RunStarted, SupervisorAdvised, TeamSpawned)
 
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
+LESSONS_KEPT, LESSONS_BATCH = 40, 16
 
 
 @dataclass
@@ -129,11 +130,10 @@ class RunState:
         self.recent: deque[Candidate] = deque(maxlen=64)
         self.retimed: set[str] = set()
         self.pending: list[Pending] = []
-        # Lessons: new bests (candidate, previous best, their values then) and scored
-        # restructures, the latest kept; older ones are counted with a few of their ids.
-        self.new_bests: deque[tuple[Candidate, Candidate | None, float, float | None]] = \
-            deque(maxlen=32)
-        self.scored: deque[RestructureScored] = deque(maxlen=32)
+        # Lessons, oldest first: ("best", new, previous, their values then) and ("scored",
+        # event, what the restructure did). Past LESSONS_KEPT the oldest LESSONS_BATCH are
+        # counted, with a few of their ids, in one go (so the list changes at its head rarely).
+        self.lesson_log: list[tuple[tuple, list[str]]] = []
         self.restructure_ops: dict[int, str] = {}
         self.older_lessons = 0
         self.older_ids: list[str] = []
@@ -216,9 +216,8 @@ class RunState:
                     team.since_improvement += 1
             case RestructureScored():
                 self.pending = [p for p in self.pending if p.seq != e.restructure]
-                if len(self.scored) == self.scored.maxlen:
-                    self._retire_lesson([self.scored[0].by] if self.scored[0].by else [])
-                self.scored.append(e)
+                self._lesson(("scored", e, self.restructure_ops.get(e.restructure, "")),
+                             [e.by] if e.by else [])
 
     def _evaluated(self, e: CandidateEvaluated) -> None:
         self.evaluations += 1
@@ -252,11 +251,9 @@ class RunState:
         if c.estimate is not None:
             self._rank(c)
             if self.best is c:
-                if len(self.new_bests) == self.new_bests.maxlen:
-                    old = self.new_bests[0]
-                    self._retire_lesson([old[0].cid] + ([old[1].cid] if old[1] else []))
-                self.new_bests.append((c, previous, c.estimate,
-                                       previous.estimate if previous else None))
+                self._lesson(("best", c, previous, c.estimate,
+                              previous.estimate if previous else None),
+                             [c.cid] + ([previous.cid] if previous else []))
             for knob, value in c.knobs.items():
                 stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
                 stat[0] += 1
@@ -266,9 +263,13 @@ class RunState:
             for knob, value in c.knobs.items():
                 self.knob_stats.setdefault((knob, str(value)), [0, None, None])[0] += 1
 
-    def _retire_lesson(self, ids: list[str]) -> None:
-        self.older_lessons += 1
-        self.older_ids = (self.older_ids + ids)[:12]
+    def _lesson(self, record: tuple, ids: list[str]) -> None:
+        if len(self.lesson_log) >= LESSONS_KEPT:
+            for _, old_ids in self.lesson_log[:LESSONS_BATCH]:
+                self.older_lessons += 1
+                self.older_ids = list(dict.fromkeys(self.older_ids + old_ids))[:12]
+            del self.lesson_log[:LESSONS_BATCH]
+        self.lesson_log.append((record, ids))
 
     def _rank(self, c: Candidate) -> None:
         self.leaders = [x for x in self.leaders if x is not c and x.estimate is not None]

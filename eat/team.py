@@ -76,6 +76,8 @@ def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | No
     try:
         proposal = agent.propose(team, ctx.state)
     except AttemptError as e:
+        if e.plan:
+            ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in e.plan]))
         return ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e)))
     if proposal is None:
         team.exhausted = True

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from eat.events import CandidateEvaluated
 from eat.learning import BEGIN, END, render, update
 from eat.target import load_target
 from test_rules import History
@@ -57,7 +58,19 @@ def test_lessons_keep_the_values_of_their_moment_and_count_what_they_outgrew():
     h.eval("coordinate-1", 3.0, TILE=16)
     h.add(EliteRetimed(candidate="c0002", speedup=1.0))      # now 2.0 by its median
     assert "TILE 0 -> 16: 2.00x -> 3.00x (c0002 over c0001)" in render(h.state, TARGET)
-    long = grown_history(40)                                   # more new bests than are kept
-    assert long.state.older_lessons == 8
+    long = grown_history(41)                  # one more new best than are kept: 16 retire
+    assert long.state.older_lessons == 16
     text = render(long.state, TARGET, cap=100_000)
-    assert "consolidated: 8 earlier lessons, resting on c0001, c0002" in text
+    assert "consolidated: 16 earlier lessons, resting on c0001, c0002, c0003" in text
+    assert text.index("## Lessons") < text.index("## Best so far")   # stable part first
+
+
+def test_candidates_without_knobs_are_described_by_their_idea():
+    h = History("coder-1")
+    for i, speed in enumerate((2.0, 3.0), 1):
+        h.add(CandidateEvaluated(candidate=f"c{i:04d}", team="coder-1", source_hash=f"s{i}",
+                                 status="ok", speedup=speed, noise=0.01,
+                                 idea=f"idea number {i}"))
+    text = render(h.state, TARGET)
+    assert "idea number 2: 2.00x -> 3.00x (c0002 over c0001)" in text
+    assert "## What each knob does" not in text and "knobs" not in text

@@ -54,6 +54,7 @@ class AttemptError(EatError):
     def __init__(self, kind: str, reason: str):
         super().__init__(reason)
         self.kind = kind
+        self.plan: list[PlanItem] | None = None
 
 
 def render(name: str, **values) -> str:
@@ -127,8 +128,12 @@ class LLMAgent:
                           idea=plan[item]["idea"] if item is not None else None,
                           parent=parent and {"cid": parent.cid, "source": source,
                                              "summary": f"{parent.estimate:.2f}x"})
-        proposal = self._ask(team, state, "coder", changing, source,
-                             parent.cid if parent else None)
+        try:
+            proposal = self._ask(team, state, "coder", changing, source,
+                                 parent.cid if parent else None)
+        except AttemptError as e:
+            e.plan = new_plan  # a fresh plan outlives the coder's failed attempt
+            raise
         proposal.plan, proposal.plan_item = new_plan, item
         return proposal
 
