@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
-from eat.agents.llm import _json_object, render
+from eat.agents.llm import json_object, render
 from eat.llm import LLMClient
 from eat.plateau import Plateau
 from eat.restructure import Operation
@@ -107,7 +107,7 @@ class LLMAdvisor:
         for attempt in range(2):
             reply = self.client.chat(messages, agent="supervisor")
             try:
-                d = Decision.model_validate_json(_json_object(reply))
+                d = Decision.model_validate_json(json_object(reply))
                 errors = problems(d, state, self.presets, self.max_teams)
             except ValidationError as e:
                 d, errors = None, [f"{'.'.join(map(str, x['loc']))}: {x['msg']}"

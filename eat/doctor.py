@@ -22,7 +22,7 @@ import numpy as np
 
 from eat.cache import doctor_file
 from eat.runners.base import Peaks
-from eat.runners.cpu import _compiler_version, _cpu_model
+from eat.runners.cpu import compiler_version, cpu_model
 
 _FMA = r"""
 #include <stdio.h>
@@ -92,7 +92,7 @@ def measure_peaks(cpu: int | None = None) -> Peaks:
 
 
 def machine_key() -> str:
-    return f"{socket.gethostname()}|{_cpu_model()}|{os.cpu_count()}"
+    return f"{socket.gethostname()}|{cpu_model()}|{os.cpu_count()}"
 
 
 def load_peaks(measure: bool = True, refresh: bool = False) -> Peaks | None:
@@ -139,9 +139,9 @@ def machine_report(refresh: bool = False) -> dict:
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
-        "compiler": _compiler_version("cc") if shutil.which("cc") else None,
+        "compiler": compiler_version("cc") if shutil.which("cc") else None,
         "numpy": f"{np.__version__} ({blas})",
         "nvcc": _version(["nvcc", "--version"]),
         "nvidia_gpu": gpu,

@@ -26,6 +26,7 @@ from eat.advisor import to_operations
 from eat.restructure import Diagnosis, Operation, decide, diagnose, operation_events, score
 from eat.state import Candidate
 from eat.team import pick_team, step as team_step, write_notes
+from eat.workspace import source_name
 
 
 PRUNE_EVERY = 50  # steps between clearing the checkpoint history
@@ -58,8 +59,7 @@ def budget_left(ctx: RunContext) -> str | None:
 
 def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
     """Evaluate the elite's source again: its estimate becomes the median of measurements."""
-    folder = ctx.ws.paths.candidate(elite.team, elite.cid)
-    source = next(p for p in sorted(folder.iterdir()) if p.name.startswith("candidate"))
+    source = ctx.ws.paths.candidate(elite.team, elite.cid) / source_name(ctx.target.language)
     ev = ctx.runner.evaluate(ctx.target, source.read_text(), config=ctx.eval_config)
     return ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
 

@@ -37,7 +37,7 @@ class _Plan(BaseModel):
     ideas: list[PlanItem] = Field(min_length=1, max_length=PLAN_SIZE)
 
 
-def _json_object(text: str) -> str:
+def json_object(text: str) -> str:
     """The JSON object in a reply, fenced or not."""
     m = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.S)
     if m:
@@ -147,7 +147,7 @@ class LLMAgent:
         for _ in range(2):
             reply = client.chat(messages, agent=f"{team.id}/planner", team=team.id)
             try:
-                return _Plan.model_validate_json(_json_object(reply)).ideas
+                return _Plan.model_validate_json(json_object(reply)).ideas
             except ValidationError as e:
                 messages += [{"role": "assistant", "content": reply},
                              {"role": "user", "content": "That is not the JSON object asked "

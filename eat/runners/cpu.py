@@ -80,7 +80,7 @@ class CpuRunner:
 
     @property
     def device(self) -> str:
-        return f"cpu: {_cpu_model()} (core {self.cpu})"
+        return f"cpu: {cpu_model()} (core {self.cpu})"
 
     def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
                  workdir: Path | None = None) -> Evaluation:
@@ -151,7 +151,7 @@ class CpuRunner:
         if refused:
             raise HarnessError(f"{target.baseline.file}: {refused}")
         key = hashlib.sha256("\0".join([source, *flags, target.build.compiler,
-                                        _compiler_version(target.build.compiler)]).encode())
+                                        compiler_version(target.build.compiler)]).encode())
         lib = builds_dir() / f"{target.name}-baseline-{key.hexdigest()[:16]}.so"
         if not lib.exists():
             with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
@@ -212,7 +212,7 @@ class CpuRunner:
 
 
 @lru_cache(maxsize=8)
-def _compiler_version(compiler: str) -> str:
+def compiler_version(compiler: str) -> str:
     try:
         return subprocess.run([compiler, "--version"], capture_output=True, text=True,
                               timeout=30).stdout.split("\n")[0]
@@ -221,7 +221,7 @@ def _compiler_version(compiler: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
