@@ -157,7 +157,8 @@ def _run_with_progress(fn, *args, shown_evals: int, shown_time: float | None, **
     out.print(f"stopped: {reason}", markup=False)
     out.print(f"workspace: {path}   (eat status {path}; eat resume {path})", markup=False)
     from eat.run import INTERRUPTED
-    raise typer.Exit(130 if reason == INTERRUPTED else 0)
+    from eat.supervisor import FAILED
+    raise typer.Exit(130 if reason == INTERRUPTED else 1 if reason.startswith(FAILED) else 0)
 
 
 _MAX_EVALS = typer.Option(None, "--max-evals", help="Evaluations in the whole run.")

@@ -30,6 +30,7 @@ from eat.workspace import source_name
 
 
 PRUNE_EVERY = 50  # steps between clearing the checkpoint history
+FAILED = "failed:"  # a stop reason that starts so means the run failed (exit 1)
 # Non-retryable LLM errors that no later call will escape: stop the run and say why.
 _FATAL = re.compile(r"AuthenticationError|PermissionDenied|NotFoundError|PaymentRequired|"
                     r"LiteLLMUnknownProvider")
@@ -148,7 +149,7 @@ def build_graph(ctx: RunContext) -> StateGraph:
                 return {"stop": f"cost budget reached: {e}"}
             except LLMError as e:
                 if not e.retryable and _FATAL.search(str(e)):
-                    return {"stop": f"LLM unusable: {e}"}  # a key or model problem: no retry
+                    return {"stop": f"{FAILED} LLM unusable: {e}"}  # a key or model problem
                 ctx.record(AttemptFailed(team=team.id, kind="outage" if e.retryable
                                          else "llm_error", reason=str(e)))
                 if e.retryable:
@@ -201,7 +202,7 @@ def run(ctx: RunContext) -> str:
         while True:
             n += 1
             out = graph.invoke({"step": n, "stop": None, "plateaus": [], "diagnoses": [],
-                                "dispatched": None}, cfg, durability="sync")
+                                "advised": None, "dispatched": None}, cfg, durability="sync")
             if out.get("stop"):
                 return out["stop"]
             if n % PRUNE_EVERY == 0:

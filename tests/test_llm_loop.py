@@ -177,3 +177,17 @@ def test_cli_start_against_a_local_server(quick_matmul, tmp_path, llm_server):
     assert llm_server.requests[0].json["model"] == "eat-test-model"
     leaks = [p for p in ws.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert leaks == [] and SECRET not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_a_rejected_key_stops_the_run_as_failed(quick_matmul, tmp_path, llm_server):
+    Script(llm_server).push(HTTPError(401, "Incorrect API key provided"))
+    ws = tmp_path / "ws"
+    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w", str(ws),
+                           "--model", MODEL, "--api-base", llm_server.base_url,
+                           "--max-evals", "3"], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"OPENAI_API_KEY": SECRET})
+    assert done.returncode == 1
+    assert "failed: LLM unusable" in done.stdout and "AuthenticationError" in done.stdout
+    assert run_status(ws)["evaluations"] == 0
+    assert len(llm_server.requests) == 2            # the plan, then the rejected coder call
