@@ -177,7 +177,8 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
                                                help="litellm model for the supervisor (default: "
                                                "rules)."),
           api_base: str = typer.Option(None, "--api-base",
-                                       help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."),
+                                       help="OpenAI-compatible server, e.g. "
+                                       "http://127.0.0.1:8000/v1."),
           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
           seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
           config: Path = typer.Option(None, "--config",

@@ -17,7 +17,6 @@ from typing import TypedDict
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
-from eat import learning
 from eat.context import RunContext
 from eat.events import AttemptFailed, EliteRetimed, SupervisorAdvised
 from eat.llm import BudgetSpent, LLMError
@@ -25,7 +24,7 @@ from eat.plateau import Plateau, detect_plateaus, elite_to_retime
 from eat.advisor import to_operations
 from eat.restructure import Diagnosis, Operation, decide, diagnose, operation_events, score
 from eat.state import Candidate
-from eat.team import pick_team, step as team_step, write_notes
+from eat.team import commit_step, pick_team, step as team_step, write_notes
 from eat.workspace import source_name
 
 
@@ -65,16 +64,6 @@ def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
     return ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
 
 
-def _commit(ctx: RunContext, message: str, teams: list[str], cid: str | None = None) -> None:
-    """Refresh LEARNING.md and commit what this step changed."""
-    p = ctx.ws.paths
-    learning.update(p.learning, ctx.state, ctx.target)
-    paths = [p.learning, p.best] + [f for t in teams for f in (p.team_notes(t), p.team_spec(t))]
-    if cid:
-        paths.append(p.candidate(ctx.state.candidates[cid].team, cid))
-    ctx.ws.commit(message, paths)
-
-
 def build_graph(ctx: RunContext) -> StateGraph:
     """The supervisor's graph over `ctx`."""
 
@@ -83,9 +72,9 @@ def build_graph(ctx: RunContext) -> StateGraph:
         for v in verdicts:
             ctx.record(v)
         if verdicts:
-            _commit(ctx, "; ".join(f"restructure #{v.restructure} "
-                                   f"{'helped' if v.helped else 'did not help'}"
-                                   for v in verdicts), [])
+            commit_step(ctx, "; ".join(f"restructure #{v.restructure} "
+                                       f"{'helped' if v.helped else 'did not help'}"
+                                       for v in verdicts), [])
         return {"stop": budget_left(ctx), "at_seq": ctx.state.seq}
 
     def detect(s: Step) -> Step:
@@ -136,7 +125,7 @@ def build_graph(ctx: RunContext) -> StateGraph:
                 teams.append(team_id)
             messages.append(f"{op.op} {team_id or ''}: {op.reason}")
         if messages:
-            _commit(ctx, "restructure: " + "; ".join(messages), teams)
+            commit_step(ctx, "restructure: " + "; ".join(messages), teams)
         return {}
 
     def dispatch(s: Step) -> Step:
@@ -160,11 +149,6 @@ def build_graph(ctx: RunContext) -> StateGraph:
                 continue
             if isinstance(event, AttemptFailed):
                 return {"dispatched": None}
-            new_best = ctx.state.best is not None and ctx.state.best.cid == event.candidate
-            _commit(ctx, f"{event.candidate} {team.id}: {event.status} "
-                    + (f"{event.speedup:.2f}x" if event.speedup else event.message[:80])
-                    + (" (new best)" if new_best else "") + f" [{event.idea[:100]}]",
-                    [team.id], event.candidate)
             return {"dispatched": event.candidate}
         return {"stop": "search space exhausted: no team has anything left to try"}
 

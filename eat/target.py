@@ -127,7 +127,8 @@ class Arg(BaseModel):
 C_TYPES = {"float": "float32", "double": "float64", "int": "int32", "int32_t": "int32",
            "int64_t": "int64", "long": "int64", "size_t": "uint64", "uint8_t": "uint8",
            "int8_t": "int8", "uint32_t": "uint32", "int16_t": "int16", "uint16_t": "uint16"}
-_PARAM = re.compile(r"^(const\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*(\*\s*(?:restrict\s+|__restrict__\s+)?)?"
+_PARAM = re.compile(r"^(const\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*"
+                    r"(\*\s*(?:restrict\s+|__restrict__\s+)?)?"
                     r"([A-Za-z_][A-Za-z0-9_]*)$")
 
 

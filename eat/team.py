@@ -1,4 +1,4 @@
-"""Teams: presets from teams/*.yaml, and one team's loop: plan -> implement -> evaluate -> reflect."""
+"""Teams: presets from teams/*.yaml, and a team's turn: plan, implement, evaluate, reflect."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import eat.teams
+from eat import learning
 from eat.context import RunContext
 from eat.errors import BadInput
 from eat.agents.base import Proposal
@@ -108,10 +109,26 @@ def _evaluate(team: Team, proposal: Proposal, ctx: RunContext):
                                           "meta.json": json.dumps(meta, indent=2)},
                            ev.model_dump(mode="json"))
     event = ctx.record(evaluated_event(cid, meta, ev))
-    if ctx.state.best and ctx.state.best.cid == cid:
+    new_best = ctx.state.best is not None and ctx.state.best.cid == cid
+    if new_best:
         ctx.ws.set_best(team.id, cid)
     write_notes(team, ctx)
+    commit_step(ctx, f"{cid} {team.id}: {ev.status} "
+                + (f"{ev.speedup:.2f}x" if ev.speedup else ev.message[:80])
+                + (" (new best)" if new_best else "") + f" [{proposal.idea[:100]}]",
+                [team.id], cid)
     return event, ev
+
+
+def commit_step(ctx: RunContext, message: str, teams: list[str],
+                cid: str | None = None) -> None:
+    """Refresh LEARNING.md and commit what changed: the candidate, best/, the teams' files."""
+    p = ctx.ws.paths
+    learning.update(p.learning, ctx.state, ctx.target)
+    paths = [p.learning, p.best] + [f for t in teams for f in (p.team_notes(t), p.team_spec(t))]
+    if cid:
+        paths.append(p.candidate(ctx.state.candidates[cid].team, cid))
+    ctx.ws.commit(message, paths)
 
 
 def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:

@@ -117,6 +117,8 @@ def test_a_failed_candidate_is_repaired_with_the_compiler_message(
     assert first.status == "compile_error" and second.status == "ok"
     assert second.parent == "c0001" and second.idea.startswith("repair of c0001")
     repair_prompt = llm_server.requests[2].messages[-1]["content"]
+    log = Workspace.open(tmp_path / "ws").repo.git.log("--format=%s")
+    assert "c0001 coordinate-1: compile_error" in log and "c0002 coordinate-1: ok" in log
     assert "compile_error" in repair_prompt and "zero" in repair_prompt
 
 
