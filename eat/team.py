@@ -167,8 +167,13 @@ def write_notes(team: Team, ctx: RunContext) -> None:
         for p in team.plan:
             mark = f"[x] {p['tried']}" if p["tried"] else "[ ]"
             lines.append(f"- {mark} {p['idea']} (expected {p['expected_gain']}x)")
-    write_atomic(paths.team_notes(team.id), "\n".join(lines) + "\n", durable=False)
     spec = {"id": team.id, "preset": team.preset, "strategy": team.strategy,
             "directive": team.directive, "share": team.share, "state": team.state,
             "start_from": team.start_from}
-    write_atomic(paths.team_spec(team.id), yaml.safe_dump(spec, sort_keys=False), durable=False)
+    # JSON scalars are YAML scalars: a readable team.yaml without the YAML emitter's cost.
+    for path, text in [(paths.team_notes(team.id), "\n".join(lines) + "\n"),
+                       (paths.team_spec(team.id),
+                        "".join(f"{k}: {json.dumps(v)}\n" for k, v in spec.items()))]:
+        if ctx.written.get(path) != text:
+            write_atomic(path, text, durable=False)
+            ctx.written[path] = text

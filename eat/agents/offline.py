@@ -48,6 +48,7 @@ class OfflineAgent:
             raise ValueError(f"target {target.name} declares no knobs for the offline agent")
         self.target = target
         self.seed = seed
+        self._rendered: dict[tuple, tuple[str, str]] = {}
 
     def propose(self, team: Team, state: RunState) -> Proposal | None:
         if team.strategy not in STRATEGIES:
@@ -68,8 +69,12 @@ class OfflineAgent:
 
     def _offer(self, knobs: dict[str, Any], state: RunState, idea: str,
                parent: str | None) -> Proposal | None:
-        source = render(self.target, knobs)
-        if source_hash(source) in state.hashes:
+        key = tuple(knobs.items())
+        if key not in self._rendered:  # the same configurations come up again and again
+            source = render(self.target, knobs)
+            self._rendered[key] = (source, source_hash(source))
+        source, digest = self._rendered[key]
+        if digest in state.hashes:
             return None
         return Proposal(source=source, idea=idea, knobs=knobs, parent=parent)
 
