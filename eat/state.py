@@ -210,7 +210,9 @@ class RunState:
                     self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
             case AttemptFailed():
                 team = self.teams.get(e.team)
-                if team:
+                # An outage is the provider's failure, not the team's: it must not make a
+                # team look failing or stalled (and so retired).
+                if team and e.kind != "outage":
                     team.failed_attempts += 1
                     team.failures += 1
                     team.since_improvement += 1

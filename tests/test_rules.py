@@ -315,3 +315,18 @@ def test_a_new_team_gets_its_share_from_now_on_instead_of_catching_up():
         turns.append(team.id)
         h.eval(team.id, 1.0)
     assert sorted(turns) == ["a-1", "a-1", "b-2", "b-2", "c-3", "c-3"]
+
+
+def test_an_llm_outage_does_not_make_a_team_look_failing():
+    from eat.events import AttemptFailed
+
+    h = History("a-1")
+    h.eval("a-1", 2.0)
+    for _ in range(6):
+        h.add(AttemptFailed(team="a-1", kind="outage", reason="503 five times"))
+    team = h.state.teams["a-1"]
+    assert (team.failures, team.since_improvement, team.failed_attempts) == (0, 0, 0)
+    assert detect_plateaus(h.state, CFG) == []
+    for _ in range(3):
+        h.add(AttemptFailed(team="a-1", kind="malformed", reason="no code"))
+    assert [p.kind for p in detect_plateaus(h.state, CFG)] == ["failing"]
