@@ -8,13 +8,13 @@ second reply fails too, `decide` returns None and the rule-based decision is use
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from eat.agents.llm import json_object, render
+from eat.events import speedup_text
 from eat.llm import LLMClient
 from eat.plateau import Plateau
 from eat.restructure import Operation
@@ -121,13 +121,13 @@ class LLMAdvisor:
         return None
 
     def _prompt(self, plateaus: list[Plateau], state: RunState) -> str:
-        x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+        x = speedup_text
         teams = [{"id": t.id, "preset": t.preset, "strategy": t.strategy, "state": t.state,
                   "evals": t.evals, "best": x(t.best_estimate), "since": t.since_improvement,
                   "failures": t.failures, "directive": t.directive}
                  for t in state.teams.values() if t.state == "active"]
-        recent = [f"{c.cid} ({c.team}): {x(c.estimate) if c.estimate else c.status} — "
-                  f"{c.idea or json.dumps(c.knobs)}" for c in list(state.recent)[::-1][:12]]
+        recent = [f"{c.cid} ({c.team}): {x(c.estimate) if c.estimate else c.status} — {c.what}"
+                  for c in state.recent_of(None, 12)]
         learning = self.learning_path.read_text() if self.learning_path.exists() else ""
         return render("supervisor.md.j2", target=self.target, best=state.best, teams=teams,
                       threshold=state.threshold(), recent=recent, plateaus=plateaus,

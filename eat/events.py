@@ -150,7 +150,8 @@ def parse_event(line: str) -> Event:
     return EVENT.validate_json(line)
 
 
-def _x(v: float | None) -> str:
+def speedup_text(v: float | None) -> str:
+    """A speedup as people read it: '12.34x', or '-' when there is none."""
     return "-" if v is None else f"{v:.2f}x"
 
 
@@ -169,10 +170,10 @@ def describe(e: Event) -> str:
             return f"team {e.team} ({e.preset}, {e.strategy}{start}): {e.directive}"
         case CandidateEvaluated():
             knobs = ", ".join(f"{k}={v}" for k, v in e.knobs.items())
-            what = _x(e.speedup) if e.status == "ok" else e.message[:120]
+            what = speedup_text(e.speedup) if e.status == "ok" else e.message[:120]
             return f"{e.candidate} by {e.team}: {e.status} {what} ({knobs or e.idea})"
         case EliteRetimed():
-            return f"elite {e.candidate} re-timed: {e.status} {_x(e.speedup)}"
+            return f"elite {e.candidate} re-timed: {e.status} {speedup_text(e.speedup)}"
         case PlateauDetected():
             who = f"team {e.team}" if e.team else "run"
             return f"plateau ({e.kind}) of {who}: {e.message}"
@@ -190,6 +191,7 @@ def describe(e: Event) -> str:
         case RestructureScored():
             verdict = "helped" if e.helped else "did not help"
             by = f" ({e.by})" if e.by else ""
-            return (f"restructure #{e.restructure} {verdict}: best {_x(e.best_before)} -> "
-                    f"{_x(e.best_after)}{by}")
+            return (f"restructure #{e.restructure} {verdict}: best "
+                    f"{speedup_text(e.best_before)} -> "
+                    f"{speedup_text(e.best_after)}{by}")
     return ""

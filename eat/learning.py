@@ -7,16 +7,13 @@ merged into one line that still cites their candidates; nothing is cut off the e
 
 from __future__ import annotations
 
+from eat.events import speedup_text
 from eat.state import RunState
 from eat.target import Target
 from eat.workspace import write_atomic
 
 BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 CAP_CHARS = 6000
-
-
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
 
 
 def _diff(new: dict, old: dict) -> str:
@@ -29,10 +26,6 @@ def _cites(ids: list[str], most: int = 8) -> str:
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
-def _what(c) -> str:
-    return ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or c.idea[:100] or c.cid
-
-
 def lessons(state: RunState) -> list[tuple[str, list[str]]]:
     """The run's lessons, oldest first, each with the candidate ids it rests on."""
     out = []
@@ -40,19 +33,20 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
         if record[0] == "best":
             _, new, old, new_x, old_x = record
             if old is None:
-                text = f"first working candidate {new.cid}: {_x(new_x)} ({_what(new)})"
+                text = (f"first working candidate {new.cid}: {speedup_text(new_x)} "
+                        f"({new.what[:100]})")
             elif new.knobs or old.knobs:
-                text = (f"{_diff(new.knobs, old.knobs)}: {_x(old_x)} -> {_x(new_x)} "
-                        f"({new.cid} over {old.cid})")
+                text = (f"{_diff(new.knobs, old.knobs)}: {speedup_text(old_x)} -> "
+                        f"{speedup_text(new_x)} ({new.cid} over {old.cid})")
             else:
-                text = f"{new.idea[:100] or 'a new source'}: {_x(old_x)} -> {_x(new_x)} " \
-                       f"({new.cid} over {old.cid})"
+                text = (f"{new.idea[:100] or 'a new source'}: {speedup_text(old_x)} -> "
+                        f"{speedup_text(new_x)} ({new.cid} over {old.cid})")
         else:
             _, s, what = record
             verdict = "helped" if s.helped else "did not help"
             by = f", by {s.by}" if s.by else ""
-            text = (f"restructure ({what}) {verdict}: best {_x(s.best_before)} -> "
-                    f"{_x(s.best_after)}{by}")
+            text = (f"restructure ({what}) {verdict}: best {speedup_text(s.best_before)} -> "
+                    f"{speedup_text(s.best_after)}{by}")
         out.append((text, ids))
     return out
 
@@ -70,14 +64,14 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
             elif top is not None:
                 rows.append((top, value, cid, tries))
             if tries >= 3 and (top is None or top < 0.5 * best):
-                dead.append(f"{name}={value}: best {_x(top)} over {tries} tries"
+                dead.append(f"{name}={value}: best {speedup_text(top)} over {tries} tries"
                             + (f" ({cid})" if cid else ""))
         if rows:
             rows.sort(key=lambda r: -r[0])
             top, value, cid, tries = rows[0]
             worst = rows[-1]
-            effects.append(f"{name}: best with {value} ({_x(top)}, {cid})"
-                           + (f"; worst with {worst[1]} ({_x(worst[0])}, {worst[2]})"
+            effects.append(f"{name}: best with {value} ({speedup_text(top)}, {cid})"
+                           + (f"; worst with {worst[1]} ({speedup_text(worst[0])}, {worst[2]})"
                               if len(rows) > 1 else ""))
     return effects, dead, untried
 
@@ -125,8 +119,8 @@ def _compose(state, items, keep, effects, dead, untried) -> str:
         vendor = f"; the vendor library reaches {b.vendor_gflops:.1f} GFLOP/s" \
             if b.vendor_gflops else ""
         flops = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
-        lines.append(f"{b.cid} (team {b.team}): {_x(b.estimate)} over the baseline{flops}"
-                     f"{vendor}; {_what(b)}")
+        lines.append(f"{b.cid} (team {b.team}): {speedup_text(b.estimate)} over the baseline{flops}"
+                     f"{vendor}; {b.what[:100]}")
     else:
         lines.append("No verified candidate yet.")
     if state.restructures:

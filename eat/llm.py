@@ -16,6 +16,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from eat.errors import EatError
+from eat.runners.sandbox import looks_secret
 
 # litellm exception class -> retry it? Looked up along the raised class's MRO.
 RETRY: dict[str, bool] = {
@@ -36,7 +37,6 @@ RETRY: dict[str, bool] = {
     "LiteLLMUnknownProvider": False, "ModelNotMappedError": False, "MockException": False,
     "OpenAIError": False,
 }
-_SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH", re.I)
 
 
 class LLMError(EatError):
@@ -88,7 +88,7 @@ class Call(BaseModel):
 def redact(text: str) -> str:
     """`text` with the value of every secret-looking environment variable masked."""
     for name, value in os.environ.items():
-        if _SECRETISH.search(name) and len(value) >= 6:
+        if looks_secret(name) and len(value) >= 6:
             text = text.replace(value, "***")
     return text
 

@@ -37,16 +37,11 @@ def _due(state: RunState, key: tuple, counter: int, window: int) -> bool:
     return counter >= window and (last is None or counter < last or counter >= last + window)
 
 
-def _recent_of(state: RunState, team: str | None, n: int) -> list[Candidate]:
-    picked = [c for c in reversed(state.recent) if team is None or c.team == team]
-    return picked[:n]
-
-
 def team_failing(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | None:
     """Repeated failures: the team's last `fail_window` candidates all failed."""
     if not _due(state, ("team", team.id, "failing"), team.failures, cfg.fail_window):
         return None
-    bad = _recent_of(state, team.id, team.failures)
+    bad = state.recent_of(team.id, team.failures)
     statuses = sorted({c.status for c in bad})
     return Plateau("team", "failing", team.id, team.failures, team.best_estimate,
                    state.threshold(), [c.cid for c in bad],
@@ -57,7 +52,7 @@ def team_stalled(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | N
     """No gain above the noise threshold in the team's last `team_window` evaluations."""
     if not _due(state, ("team", team.id, "stalled"), team.since_improvement, cfg.team_window):
         return None
-    tried = _recent_of(state, team.id, team.since_improvement)
+    tried = state.recent_of(team.id, team.since_improvement)
     best = f"{team.best_estimate:.2f}x" if team.best_estimate else "none"
     return Plateau("team", "stalled", team.id, team.since_improvement, team.best_estimate,
                    state.threshold(), ([team.best.cid] if team.best else []) +
@@ -100,7 +95,7 @@ def run_stalled(state: RunState, cfg: PlateauConfig) -> Plateau | None:
     if state.best is None or not _due(state, ("run", None, "stalled"), state.since_improvement,
                                        cfg.run_window):
         return None
-    tried = _recent_of(state, None, state.since_improvement)
+    tried = state.recent_of(None, state.since_improvement)
     return Plateau("run", "stalled", None, state.since_improvement, state.best_speedup,
                    state.threshold(), [state.best.cid] + [c.cid for c in tried[:6]],
                    f"{state.since_improvement} candidates without beating "

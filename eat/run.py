@@ -101,14 +101,22 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
     runner = _runner_for(target, runner)
     ws = Workspace.create(workspace or default_workspace(target), config)
     with ws.lock():
-        ws.load()
-        ctx = RunContext(ws=ws, state=RunState(config.plateau), target=target, runner=runner,
-                         config=config, presets=presets, make_agent=make_agent,
-                         eval_config=eval_config, on_event=on_event or (lambda e, s: None),
-                         sleep=sleep)
-        ctx.advisor = _advisor(ctx)
+        ctx = _context(ws, config, target, presets, make_agent, runner, ws.load(),
+                       eval_config=eval_config, on_event=on_event, sleep=sleep)
         _begin(ctx)
         return ws.paths.root, _loop(ctx)
+
+
+def _context(ws: Workspace, config: RunConfig, target: Target, presets: dict, make_agent,
+             runner: Runner, events: list[Event], *, eval_config, on_event, sleep) -> RunContext:
+    """The loop's dependencies, its state folded from `events`, and the LLM supervisor if any."""
+    state = RunState.from_events(events, config.plateau)
+    ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
+                     presets=presets, make_agent=make_agent, eval_config=eval_config,
+                     on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s,
+                     sleep=sleep)
+    ctx.advisor = _advisor(ctx)
+    return ctx
 
 
 def _begin(ctx: RunContext) -> None:
@@ -145,21 +153,18 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
         make_agent = _make_agent_factory(config, target, presets)
         runner = _runner_for(target, runner)
         events = ws.load()
-        state = RunState.from_events(events, config.plateau)
-        ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
-                         presets=presets, make_agent=make_agent, eval_config=eval_config,
-                         on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s,
-                         sleep=sleep)
-        ctx.advisor = _advisor(ctx)
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
+        ctx = _context(ws, config, target, presets, make_agent, runner, events,
+                       eval_config=eval_config, on_event=on_event, sleep=sleep)
+        # EVOLUTION.md anew (a crash may have cut it short); what follows appends to it.
+        ws.render_evolution(events)
         recovered = _recover(ctx)
         if ctx.state.evaluations == 0:
             _begin(ctx)  # in case `eat start` died before it had recorded its teams
-        ws.render_evolution(ws.read_events()[0])
         ctx.record(RunResumed(recovered=recovered))
-        if state.best:
-            ws.set_best(state.best.team, state.best.cid)
+        if ctx.state.best:
+            ws.set_best(ctx.state.best.team, ctx.state.best.cid)
         ws.commit("run resumed" + (f", recovered {', '.join(recovered)}" if recovered else ""))
         return ws.paths.root, _loop(ctx)
 

@@ -39,6 +39,11 @@ class Candidate:
     message: str = ""
 
     @property
+    def what(self) -> str:
+        """What it tried, for people and prompts: its knob values, else the agent's idea."""
+        return ", ".join(f"{k}={v}" for k, v in self.knobs.items()) or self.idea or self.cid
+
+    @property
     def estimate(self) -> float | None:
         """Median of every measurement; None once a re-time found it failing."""
         if self.status != "ok" or self.failed_retime or not self.measurements:
@@ -172,6 +177,10 @@ class RunState:
 
     def active_teams(self) -> list[Team]:
         return [t for t in self.teams.values() if t.state == "active"]
+
+    def recent_of(self, team: str | None, n: int) -> list[Candidate]:
+        """Up to `n` of the latest candidates (of `team`, or of any), newest first."""
+        return [c for c in reversed(self.recent) if team is None or c.team == team][:n]
 
     def next_candidate_id(self) -> str:
         return f"c{self.evaluations + 1:04d}"

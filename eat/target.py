@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from eat.errors import TargetError
+from eat.runners.cabi import C_TYPES
 
 TARGET_FILE = "target.toml"
 
@@ -124,9 +125,6 @@ class Arg(BaseModel):
         return "input" if self.const else "output"
 
 
-C_TYPES = {"float": "float32", "double": "float64", "int": "int32", "int32_t": "int32",
-           "int64_t": "int64", "long": "int64", "size_t": "uint64", "uint8_t": "uint8",
-           "int8_t": "int8", "uint32_t": "uint32", "int16_t": "int16", "uint16_t": "uint16"}
 _PARAM = re.compile(r"^(const\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*"
                     r"(\*\s*(?:restrict\s+|__restrict__\s+)?)?"
                     r"([A-Za-z_][A-Za-z0-9_]*)$")

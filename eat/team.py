@@ -150,7 +150,7 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
 def write_notes(team: Team, ctx: RunContext) -> None:
     """The team's NOTES.md and team.yaml: directive, strategy, best, recent attempts."""
     paths = ctx.ws.paths
-    recent = [c for c in reversed(ctx.state.recent) if c.team == team.id][:10]
+    recent = ctx.state.recent_of(team.id, 10)
     best = team.best
     lines = [f"# Team {team.id}", "", f"- preset: {team.preset}", f"- strategy: {team.strategy}",
              f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
@@ -160,8 +160,7 @@ def write_notes(team: Team, ctx: RunContext) -> None:
              else "- best: none yet", "", "## Recent attempts", ""]
     for c in recent:
         result = f"{c.estimate:.2f}x" if c.estimate else c.status
-        what = ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or c.idea
-        lines.append(f"- {c.cid}: {result} ({what})")
+        lines.append(f"- {c.cid}: {result} ({c.what})")
     if team.plan:
         lines += ["", "## Plan (planner's ideas, best first)", ""]
         for p in team.plan:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from eat.events import describe
 from eat.state import RunState
 from eat.workspace import Workspace
 
@@ -85,6 +86,9 @@ def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed):
             assert state.best_speedup >= state.candidates[before.cid].estimate
     assert (ws / "best" / "CANDIDATE").read_text().strip().endswith(state.best.cid)
     assert not Workspace.open(ws).is_locked()
+    rows = [line for line in (ws / "EVOLUTION.md").read_text().splitlines()
+            if line.startswith("- `")]
+    assert len(rows) == len([e for e in final if describe(e)])     # rebuilt, then appended
     types = [e.type for e in final]
     assert types.count("run_started") == 1 and types[-1] == "run_stopped"
     assert types.count("run_resumed") >= 2            # the kills did land mid-run

@@ -116,8 +116,8 @@ class LLMAgent:
     def propose(self, team: Team, state: RunState) -> Proposal:
         parent = self._start(team, state)
         source = self.source_of(parent) if parent else self.target.baseline_source()
-        recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.idea}"
-                  for c in reversed(state.recent) if c.team == team.id][:6]
+        recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.what}"
+                  for c in state.recent_of(team.id, 6)]
         plan, new_plan = team.plan, None
         if "planner" in self.roles and all(p["tried"] for p in plan):
             new_plan = self._plan(team, recent)

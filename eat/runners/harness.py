@@ -19,16 +19,12 @@ import traceback
 
 import numpy as np
 
+from eat.runners.cabi import C_TYPES
 from eat.runners.sandbox import lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
-_CTYPES = {"float": ctypes.c_float, "double": ctypes.c_double, "int": ctypes.c_int32,
-           "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64, "long": ctypes.c_int64,
-           "size_t": ctypes.c_uint64, "uint8_t": ctypes.c_uint8, "int8_t": ctypes.c_int8,
-           "uint32_t": ctypes.c_uint32, "int16_t": ctypes.c_int16, "uint16_t": ctypes.c_uint16}
-_DTYPES = {"float": np.float32, "double": np.float64, "int": np.int32, "int32_t": np.int32,
-           "int64_t": np.int64, "long": np.int64, "size_t": np.uint64, "uint8_t": np.uint8,
-           "int8_t": np.int8, "uint32_t": np.uint32, "int16_t": np.int16, "uint16_t": np.uint16}
+_DTYPES = {name: np.dtype(dtype) for name, dtype in C_TYPES.items()}
+_CTYPES = {name: np.ctypeslib.as_ctypes_type(dtype) for name, dtype in _DTYPES.items()}
 
 
 class Outcome(Exception):

@@ -27,14 +27,19 @@ _ENV_KEEP = re.compile(r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|PYTHONPATH|OPENBLAS_[
 _SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH|COOKIE|SESSION|PRIVATE", re.I)
 
 
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable's name suggests it holds a secret."""
+    return bool(_SECRETISH.search(name))
+
+
 def clean_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """An environment with only allow-listed variables and nothing that looks like a secret."""
-    env = {k: v for k, v in os.environ.items() if _ENV_KEEP.match(k) and not _SECRETISH.search(k)}
+    env = {k: v for k, v in os.environ.items() if _ENV_KEEP.match(k) and not looks_secret(k)}
     env.update(HOME=str(workdir), TMPDIR=str(workdir), OMP_WAIT_POLICY="passive",
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
     env.update(extra or {})
-    return {k: v for k, v in env.items() if not _SECRETISH.search(k)}
+    return {k: v for k, v in env.items() if not looks_secret(k)}
 
 
 @dataclass
