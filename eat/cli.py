@@ -50,12 +50,12 @@ def _read_file(path: Path) -> str:
 def evaluate_file(target_dir: Path, candidate: Path):
     """Evaluate one candidate file against a target with this machine's runner."""
     from eat.doctor import load_peaks
-    from eat.runners.base import get_runner
+    from eat.runners.base import runner_for
     from eat.target import load_target
 
     target = load_target(target_dir)
     source = _read_file(candidate)
-    runner = get_runner(target.runner, peaks=load_peaks())
+    runner = runner_for(target, peaks=load_peaks(target.runner))
     why = runner.unavailable(target)
     if why:
         raise RunnerUnavailable(f"{target.name} needs the {target.runner} runner: {why}")

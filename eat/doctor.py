@@ -95,8 +95,14 @@ def machine_key() -> str:
     return f"{socket.gethostname()}|{cpu_model()}|{os.cpu_count()}"
 
 
-def load_peaks(measure: bool = True, refresh: bool = False) -> Peaks | None:
-    """Cached peaks for this machine; measured and cached when missing (if `measure`)."""
+def load_peaks(runner: str = "cpu", measure: bool = True, refresh: bool = False) -> Peaks | None:
+    """Cached peaks of `runner`'s device here; measured and cached when missing (if `measure`).
+
+    The Python harness on the CPU times with one thread on one core, as the C harness does, so
+    both use the single-core peaks. Devices eat cannot measure here have none.
+    """
+    if runner != "cpu":
+        return None
     file = doctor_file()
     if file.exists() and not refresh:
         try:

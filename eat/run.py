@@ -17,7 +17,7 @@ from eat.context import RunContext
 from eat.errors import BadInput, RunnerUnavailable
 from eat.events import Event, LLMCalled, RunResumed, RunStarted, RunStopped, TeamSpawned
 from eat.llm import LLMClient, LLMSettings, check_model
-from eat.runners.base import Evaluation, Runner, get_runner
+from eat.runners.base import Evaluation, Runner, runner_for
 from eat.state import RunState
 from eat.target import EvalConfig, Target, load_target
 from eat.team import evaluated_event, load_presets, write_notes
@@ -33,7 +33,7 @@ def default_workspace(target: Target) -> Path:
 def _runner_for(target: Target, runner: Runner | None) -> Runner:
     if runner is None:
         from eat.doctor import load_peaks
-        runner = get_runner(target.runner, peaks=load_peaks())
+        runner = runner_for(target, peaks=load_peaks(target.runner))
     why = runner.unavailable(target)
     if why:
         raise RunnerUnavailable(f"{target.name} needs the {target.runner} runner: {why}")

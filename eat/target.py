@@ -26,11 +26,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The languages each runner takes. Native ones (a C prototype, buffers laid out by `shapes`) are
+# built into a shared library; the others are Python modules run by the Python harness.
+LANGUAGES: dict[str, tuple[str, ...]] = {
+    "cpu": ("c", "pytorch"),
+    "cuda": ("cuda", "pytorch", "triton"),
+    "rocm": ("hip", "pytorch", "triton"),
+    "mlx": ("mlx",),
+}
+NATIVE = ("c", "cuda", "hip")
+
+
 class Entry(_Strict):
-    """The function a candidate must define."""
+    """The function (or, for `kind = "module"`, the class) a candidate must define."""
 
     name: str = Field(description="Symbol the harness looks up in the candidate.")
-    signature: str = Field(description="Its C prototype; `const T *` is an input, `T *` an output.")
+    signature: str | None = Field(
+        None, description="Native languages: its C prototype; `const T *` is an input, `T *` an "
+        "output. Python languages: not used (the reference's inputs() gives the arguments).")
+    kind: Literal["function", "module"] = Field(
+        "function", description="Python languages: 'module' means an nn.Module class built from "
+        "the reference's init_inputs() under a fixed seed, then called (KernelBench's ModelNew).")
 
 
 class PyFunction(_Strict):
@@ -47,11 +63,20 @@ class Vendor(PyFunction):
 
 
 class Reference(PyFunction):
-    """The trusted implementation outputs are checked against."""
+    """The trusted implementation outputs are checked against.
+
+    For Python languages `function` is called like the candidate's entry (for `kind = "module"`
+    it names the reference class) and its return value, plus any argument it writes into, is
+    what the candidate must reproduce.
+    """
 
     inputs: str | None = Field(
-        None, description="Optional function in the same file: inputs(rng, **params) -> dict of "
-        "arrays; by default every input is uniform in [-1, 1).")
+        None, description="Function in the same file. Native languages (optional): "
+        "inputs(rng, **params) -> dict of arrays, by default every input uniform in [-1, 1). "
+        "Python languages (required): inputs(seed, **params) -> list of call arguments.")
+    init_inputs: str | None = Field(
+        None, description="Python `kind = \"module\"` entries: init_inputs(**params) -> list of "
+        "constructor arguments.")
 
 
 class Baseline(_Strict):
@@ -83,8 +108,15 @@ class Knob(_Strict):
 class Build(_Strict):
     """How sources are compiled."""
 
-    compiler: str = Field("cc", description="C compiler for the cpu runner.")
+    compiler: str | None = Field(
+        None, description="Compiler; by default cc (cpu), nvcc (cuda) or hipcc (rocm).")
     cflags: str = Field("-O2", description="Flags when the candidate names none.")
+    arch: str | None = Field(
+        None, description="GPU architecture for nvcc/hipcc (sm_90a, gfx942); by default the "
+        "installed GPU's.")
+
+    def compiler_for(self, runner: str) -> str:
+        return self.compiler or {"cuda": "nvcc", "rocm": "hipcc"}.get(runner, "cc")
 
 
 class EvalConfig(_Strict):
@@ -190,7 +222,8 @@ class Target(_Strict):
     baseline: Baseline
     vendor: Vendor | None = None
     shapes: dict[str, list[str | int]] = Field(
-        description="Shape of every pointer argument, as formulas over workload parameters.")
+        {}, description="Native languages: shape of every pointer argument, as formulas over "
+        "workload parameters.")
     workloads: list[dict[str, int | float]] = Field(
         min_length=1, description="Parameter sets; every one is verified and timed.")
     tolerance: Tolerance
@@ -202,8 +235,15 @@ class Target(_Strict):
     root: Path = Field(Path("."), exclude=True)
 
     @property
+    def native(self) -> bool:
+        """Built into a shared library from a C prototype (else a Python module)."""
+        return self.language in NATIVE
+
+    @property
     def args(self) -> list[Arg]:
-        return parse_signature(self.entry.signature, self.entry.name)
+        if not self.native:
+            return []
+        return parse_signature(self.entry.signature or "", self.entry.name)
 
     def path(self, rel: str) -> Path:
         return self.root / rel
@@ -217,6 +257,28 @@ class Target(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Target:
+        if self.language not in LANGUAGES[self.runner]:
+            raise ValueError(f"language: {self.language!r} is not a language of the "
+                             f"{self.runner} runner (one of: {', '.join(LANGUAGES[self.runner])})")
+        if self.native:
+            self._native_consistent()
+        elif not self.reference.inputs:
+            raise ValueError("reference.inputs: required for Python targets "
+                             "(inputs(seed, **params) -> list of call arguments)")
+        elif self.entry.kind == "module" and not self.reference.init_inputs:
+            raise ValueError("reference.init_inputs: required when entry.kind is 'module'")
+        for w in self.workloads:
+            for kind in ("flops", "bytes"):
+                if getattr(self, kind):
+                    try:
+                        self.metric(kind, w)
+                    except ValueError as e:
+                        raise ValueError(f"{kind}: {e}") from None
+        return self
+
+    def _native_consistent(self) -> None:
+        if not self.entry.signature:
+            raise ValueError(f"entry.signature: required for {self.language} targets")
         try:
             args = self.args
         except ValueError as e:
@@ -235,16 +297,8 @@ class Target(_Strict):
                         eval_expr(d, w)
                     except ValueError as e:
                         raise ValueError(f"shapes.{name}: {e}") from None
-            for kind in ("flops", "bytes"):
-                if getattr(self, kind):
-                    try:
-                        self.metric(kind, w)
-                    except ValueError as e:
-                        raise ValueError(f"{kind}: {e}") from None
         if not any(a.role == "output" for a in args):
             raise ValueError("entry.signature: no output (a non-const pointer) to check")
-        return self
-
 
 def load_target(path: str | Path) -> Target:
     """Load and validate a target folder (or its target.toml); raises TargetError."""

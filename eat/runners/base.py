@@ -1,7 +1,8 @@
 """The runner protocol and the Evaluation it returns.
 
 A runner builds, verifies and times one candidate source against a target, and never sees the
-workspace. `get_runner(name)` is how the rest of eat finds one.
+workspace. `runner_for(target)` (or `get_runner(name, language)`) is how the rest of eat finds
+one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from eat.errors import BadInput
-from eat.target import EvalConfig, Target, geomean
+from eat.target import LANGUAGES, NATIVE, EvalConfig, Target, geomean
 
 Status = Literal["ok", "compile_error", "incorrect", "timeout", "crash", "rejected"]
 STATUSES: tuple[str, ...] = Status.__args__
@@ -129,9 +130,28 @@ class Runner(Protocol):
         """Build, verify and time `source`; any candidate misbehaviour becomes a status."""
 
 
-def get_runner(name: str, **kwargs) -> Runner:
-    """The runner called `name`; raises BadInput for one eat does not have."""
-    if name == "cpu":
+def get_runner(name: str, language: str | None = None, **kwargs) -> Runner:
+    """The runner `name` for candidates in `language` (default: its native language).
+
+    Imports lazily: a GPU runner's module may need packages only GPU machines have.
+    """
+    languages = LANGUAGES.get(name)
+    if languages is None:
+        raise BadInput(f"runner {name!r} is not available in this version of eat")
+    language = language or languages[0]
+    if language not in languages:
+        raise BadInput(f"runner {name!r} does not take {language!r} candidates "
+                       f"(one of: {', '.join(languages)})")
+    if language == "c":
         from eat.runners.cpu import CpuRunner
         return CpuRunner(**kwargs)
-    raise BadInput(f"runner {name!r} is not available in this version of eat")
+    if language in NATIVE:
+        from eat.runners.gpu import GpuRunner
+        return GpuRunner(name, **kwargs)
+    from eat.runners.python import PythonRunner
+    return PythonRunner(name, language, **kwargs)
+
+
+def runner_for(target: Target, **kwargs) -> Runner:
+    """The runner that judges `target`'s candidates."""
+    return get_runner(target.runner, target.language, **kwargs)

@@ -73,7 +73,7 @@ class CpuRunner:
         self.lock_down = lock_down
 
     def unavailable(self, target: Target | None = None) -> str | None:
-        compiler = target.build.compiler if target else "cc"
+        compiler = target.build.compiler_for("cpu") if target else "cc"
         if not shutil.which(compiler):
             return f"C compiler {compiler!r} not found on PATH"
         return None
@@ -139,7 +139,7 @@ class CpuRunner:
 
     def _compile(self, target: Target, src: Path, flags: list[str],
                  cfg: EvalConfig) -> sandbox.Completed:
-        cmd = [target.build.compiler, "-shared", "-fPIC", "-std=gnu11", *flags, "-o",
+        cmd = [target.build.compiler_for("cpu"), "-shared", "-fPIC", "-std=gnu11", *flags, "-o",
                str(src.with_suffix(".so")), str(src), "-lm"]
         limits = sandbox.Limits(wall_s=cfg.compile_timeout_s, cpu_s=int(cfg.compile_timeout_s),
                                 address_space_bytes=cfg.memory_mb << 20)
@@ -150,8 +150,8 @@ class CpuRunner:
         flags, refused = candidate_cflags(source, target.build.cflags)
         if refused:
             raise HarnessError(f"{target.baseline.file}: {refused}")
-        key = hashlib.sha256("\0".join([source, *flags, target.build.compiler,
-                                        compiler_version(target.build.compiler)]).encode())
+        cc = target.build.compiler_for("cpu")
+        key = hashlib.sha256("\0".join([source, *flags, cc, compiler_version(cc)]).encode())
         lib = builds_dir() / f"{target.name}-baseline-{key.hexdigest()[:16]}.so"
         if not lib.exists():
             with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:

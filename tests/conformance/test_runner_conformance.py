@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from eat.runners.base import STATUSES, Evaluation, Runner, get_runner
+from eat.runners.base import STATUSES, Evaluation, Runner, runner_for
 from eat.target import Target, geomean, load_target
 
 KITS_DIR = Path(__file__).parent / "kits"
@@ -210,7 +210,7 @@ def judge(eat_cache_dir, tmp_path_factory):
 
 def _evaluate(kit: Kit, behaviour: str, tmp_path_factory) -> Judged:
     target = load_target(kit.path)
-    runner = get_runner(target.runner)
+    runner = runner_for(target)
     reason = runner.unavailable()
     if reason:
         pytest.skip(f"kit {kit.name!r}: runner {runner.name!r} unavailable here: {reason}")
