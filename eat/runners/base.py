@@ -8,12 +8,13 @@ one.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from eat.errors import BadInput
+from eat.errors import BadInput, EatError
 from eat.target import LANGUAGES, NATIVE, EvalConfig, Target, geomean
 
 Status = Literal["ok", "compile_error", "incorrect", "timeout", "crash", "rejected"]
@@ -71,6 +72,12 @@ class Evaluation(BaseModel):
         return self.status == "ok"
 
 
+class HarnessError(EatError):
+    """The target itself is broken (its reference raised, its baseline does not build)."""
+
+    code = "harness_error"
+
+
 class Peaks(BaseModel):
     """What `eat doctor` measured on one core of this machine."""
 
@@ -115,6 +122,29 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
             out["vendor_speedup"] = geomean([r.baseline.median_s / r.vendor.median_s
                                              for r in rows])
     return out
+
+
+def read_result(job: dict, run, cfg: EvalConfig) -> dict:
+    """The harness's tagged result line, or the status its end implies (timeout, crash)."""
+    tag = f"EAT-RESULT {job['nonce']} "
+    for line in run.stdout.splitlines():
+        if line.startswith(tag):
+            res = json.loads(line[len(tag):])
+            if res["status"] == "harness_error":
+                raise HarnessError(f"target {job['entry']}: the harness failed before "
+                                   f"loading the candidate: {res['message'].strip()}")
+            return res
+    if run.timed_out:
+        return {"status": "timeout", "message": f"killed after the {cfg.timeout_s:g} s "
+                f"wall-clock limit ({job['mode']})"}
+    # SIGXCPU at the soft CPU limit; SIGKILL at the hard one when SIGXCPU was caught.
+    if run.signal_name in ("SIGXCPU", "SIGKILL"):
+        return {"status": "timeout", "message": f"exceeded the {cfg.cpu_s} s CPU-time "
+                f"limit ({job['mode']})"}
+    why = f"killed by {run.signal_name}" if run.signal_name else \
+        f"exited with code {run.returncode}"
+    tail = run.stderr.strip().splitlines()[-1:] or [""]
+    return {"status": "crash", "message": f"{why} during {job['mode']} {tail[0][:200]}".strip()}
 
 
 class Runner(Protocol):

@@ -1,7 +1,8 @@
 """The CPU runner: C candidates built with the system compiler, checked in contained processes.
 
 build (cc -shared) -> verify (fresh process) -> time (fresh process, under the device lock, the
-baseline and vendor timed in the same process, interleaved with the candidate).
+baseline and vendor timed in the same process, interleaved with the candidate). The pipeline is
+NativeRunner's, shared with the GPU runner (gpu.py); CpuRunner says how to build and pin.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from pathlib import Path
 import eat
 from functools import lru_cache
 from eat.cache import builds_dir, device_lock
-from eat.errors import EatError
 from eat.runners import sandbox
-from eat.runners.base import Evaluation, Peaks, source_hash, summarize
+from eat.runners.base import (Evaluation, HarnessError, Peaks, read_result, source_hash,
+                              summarize)
 from eat.target import EvalConfig, Target, eval_expr
 
 CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
@@ -37,18 +38,13 @@ _FLAG_DENY = re.compile(r"-f(plugin|use-ld|profile|dump|record|save|stack-usage|
 _FILE_READS = re.compile(r'#\s*include\s*["<]\s*(/|[^">]*\.\.)|\.incbin|#\s*embed|__has_embed')
 
 
-class HarnessError(EatError):
-    """The target itself is broken (its reference raised, its baseline does not build)."""
-
-    code = "harness_error"
-
-
-def candidate_cflags(source: str, default: str) -> tuple[list[str], str | None]:
+def candidate_cflags(source: str, default: str, allowed: re.Pattern = _FLAG_OK,
+                     denied: re.Pattern | None = _FLAG_DENY) -> tuple[list[str], str | None]:
     """Flags from `// eat:cflags ...` lines (else `default`), and why they are refused, if so."""
     lines = CFLAGS_LINE.findall(source)
     flags = " ".join(lines).split() if lines else default.split()
     for f in flags:
-        if not _FLAG_OK.fullmatch(f) or _FLAG_DENY.match(f):
+        if not allowed.fullmatch(f) or (denied and denied.match(f)):
             return flags, f"compiler flag {f!r} is not allowed"
     return flags, None
 
@@ -60,27 +56,41 @@ def _first_error(log: str) -> str:
     return (log.strip().splitlines() or ["compiler failed"])[0][:300]
 
 
-class CpuRunner:
-    """Runner for C candidates on this machine's CPU (one core, pinned, for timing)."""
+class NativeRunner:
+    """Build -> verify -> time for candidates compiled into a shared library (C, CUDA, HIP).
 
-    name = "cpu"
+    A subclass says how its compiler is called, which flags a candidate may ask for, which
+    harness module judges it and what its device is; the pipeline itself is this class.
+    """
 
-    def __init__(self, peaks: Peaks | None = None, cpu: int | None = None,
-                 lock_down: bool = True):
-        self.peaks = peaks
-        allowed = sorted(os.sched_getaffinity(0))
-        self.cpu = allowed[-1] if cpu is None else cpu
-        self.lock_down = lock_down
-
-    def unavailable(self, target: Target | None = None) -> str | None:
-        compiler = target.build.compiler_for("cpu") if target else "cc"
-        if not shutil.which(compiler):
-            return f"C compiler {compiler!r} not found on PATH"
-        return None
+    name: str
+    suffix = ".c"  # the candidate is built from candidate<suffix>
+    harness_module = "eat.runners.harness"
+    lock_name: str  # the timing slot: one per device
+    peaks: Peaks | None = None
+    lock_down = True
 
     @property
     def device(self) -> str:
-        return f"cpu: {cpu_model()} (core {self.cpu})"
+        raise NotImplementedError
+
+    def flags(self, source: str, default: str) -> tuple[list[str], str | None]:
+        return candidate_cflags(source, default)
+
+    def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
+        raise NotImplementedError
+
+    def child_env(self) -> dict[str, str]:
+        """Variables the compiler and the harness need beyond sandbox.clean_env's."""
+        return {}
+
+    def harness_limits(self, cfg: EvalConfig) -> sandbox.Limits:
+        return sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
+                              address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
+
+    def job_extra(self, mode: str) -> dict:
+        """Fields this runner's harness needs in a job of `mode` (verify, time)."""
+        return {}
 
     def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
                  workdir: Path | None = None) -> Evaluation:
@@ -89,7 +99,7 @@ class CpuRunner:
                   source_hash=source_hash(source),
                   vendor=target.vendor.name if target.vendor else None)
         durations: dict[str, float] = {}
-        flags, refused = candidate_cflags(source, target.build.cflags)
+        flags, refused = self.flags(source, target.build.cflags)
         if refused:
             return Evaluation(status="rejected", message=refused, **ev)
         if _FILE_READS.search(source):
@@ -97,7 +107,7 @@ class CpuRunner:
                               "itself (absolute or parent #include, .incbin, #embed)", **ev)
         with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
             tmp = Path(tmp)
-            src = tmp / "candidate.c"
+            src = tmp / f"candidate{self.suffix}"
             src.write_text(source)
             t0 = time.monotonic()
             built = self._compile(target, src, flags, cfg)
@@ -117,10 +127,10 @@ class CpuRunner:
                 return Evaluation(status=res["status"], message=res["message"],
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
-            with device_lock(self.name):
+            with device_lock(self.lock_name):
                 t0 = time.monotonic()
-                res, run = self._harness(job | {
-                    "mode": "time", "baseline_lib": str(baseline_lib), "cpu": self.cpu,
+                res, run = self._harness(job | self.job_extra("time") | {
+                    "mode": "time", "baseline_lib": str(baseline_lib),
                     "vendor": target.vendor and {
                         "file": str(target.path(target.vendor.file).resolve()),
                         "function": target.vendor.function}}, tmp, cfg)
@@ -139,23 +149,26 @@ class CpuRunner:
 
     def _compile(self, target: Target, src: Path, flags: list[str],
                  cfg: EvalConfig) -> sandbox.Completed:
-        cmd = [target.build.compiler_for("cpu"), "-shared", "-fPIC", "-std=gnu11", *flags, "-o",
-               str(src.with_suffix(".so")), str(src), "-lm"]
         limits = sandbox.Limits(wall_s=cfg.compile_timeout_s, cpu_s=int(cfg.compile_timeout_s),
                                 address_space_bytes=cfg.memory_mb << 20)
-        return sandbox.run(cmd, cwd=src.parent, env=sandbox.clean_env(src.parent), limits=limits)
+        return sandbox.run(self.compile_command(target, src, flags), cwd=src.parent,
+                           env=sandbox.clean_env(src.parent, self.child_env()), limits=limits)
 
     def _baseline_lib(self, target: Target, cfg: EvalConfig) -> Path:
         source = target.baseline_source()
-        flags, refused = candidate_cflags(source, target.build.cflags)
+        flags, refused = self.flags(source, target.build.cflags)
         if refused:
             raise HarnessError(f"{target.baseline.file}: {refused}")
-        cc = target.build.compiler_for("cpu")
-        key = hashlib.sha256("\0".join([source, *flags, cc, compiler_version(cc)]).encode())
+        src_name = f"candidate{self.suffix}"
+        cmd = self.compile_command(target, Path(src_name), flags)
+        # Everything the build depends on: a different GPU (arch "native") means another build.
+        key = hashlib.sha256("\0".join([source, *cmd, compiler_version(cmd[0]), self.device,
+                                        *sorted(f"{k}={v}" for k, v in self.child_env().items())
+                                        ]).encode())
         lib = builds_dir() / f"{target.name}-baseline-{key.hexdigest()[:16]}.so"
         if not lib.exists():
             with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
-                src = Path(tmp) / "candidate.c"
+                src = Path(tmp) / src_name
                 src.write_text(source)
                 built = self._compile(target, src, flags, cfg)
                 if built.returncode != 0:
@@ -174,41 +187,52 @@ class CpuRunner:
                 "reference": {"file": str(target.path(ref.file).resolve()),
                               "function": ref.function, "inputs": ref.inputs},
                 "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
-                "candidate_lib": str(lib), "lock_down": self.lock_down,
-                "flush_bytes": 2 * _llc_bytes()}
+                "candidate_lib": str(lib), "lock_down": self.lock_down} | self.job_extra("verify")
 
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
-        pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
-        pythonpath = os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
-        limits = sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
-                                address_space_bytes=cfg.memory_mb << 20,
-                                max_output_chars=64_000)
-        run = sandbox.run([sys.executable, "-m", "eat.runners.harness"], cwd=tmp,
-                          env=sandbox.clean_env(tmp, {"PYTHONPATH": pythonpath}),
-                          limits=limits, stdin=json.dumps(job))
+        env = sandbox.clean_env(tmp, self.child_env() | {"PYTHONPATH": eat_pythonpath()})
+        run = sandbox.run([sys.executable, "-m", self.harness_module], cwd=tmp, env=env,
+                          limits=self.harness_limits(cfg), stdin=json.dumps(job))
         run.stderr = sandbox.truncate(run.stderr, 4000)
-        tag = f"EAT-RESULT {job['nonce']} "
-        for line in run.stdout.splitlines():
-            if line.startswith(tag):
-                res = json.loads(line[len(tag):])
-                if res["status"] == "harness_error":
-                    raise HarnessError(f"target {job['entry']}: the harness failed before "
-                                       f"loading the candidate: {res['message'].strip()}")
-                return res, run
-        if run.timed_out:
-            return {"status": "timeout", "message": f"killed after the {cfg.timeout_s:g} s "
-                    f"wall-clock limit ({job['mode']})"}, run
-        # SIGXCPU at the soft CPU limit; SIGKILL at the hard one when SIGXCPU was caught.
-        if run.signal_name in ("SIGXCPU", "SIGKILL"):
-            return {"status": "timeout", "message": f"exceeded the {cfg.cpu_s} s CPU-time "
-                    f"limit ({job['mode']})"}, run
-        if run.signal_name:
-            why = f"killed by {run.signal_name}"
-        else:
-            why = f"exited with code {run.returncode}"
-        tail = run.stderr.strip().splitlines()[-1:] or [""]
-        return {"status": "crash", "message": f"{why} during {job['mode']} {tail[0][:200]}"
-                .strip()}, run
+        return read_result(job, run, cfg), run
+
+
+class CpuRunner(NativeRunner):
+    """Runner for C candidates on this machine's CPU (one core, pinned, for timing)."""
+
+    name = "cpu"
+    lock_name = "cpu"
+
+    def __init__(self, peaks: Peaks | None = None, cpu: int | None = None,
+                 lock_down: bool = True):
+        self.peaks = peaks
+        allowed = sorted(os.sched_getaffinity(0))
+        self.cpu = allowed[-1] if cpu is None else cpu
+        self.lock_down = lock_down
+
+    def unavailable(self, target: Target | None = None) -> str | None:
+        compiler = target.build.compiler_for("cpu") if target else "cc"
+        if not shutil.which(compiler):
+            return f"C compiler {compiler!r} not found on PATH"
+        return None
+
+    @property
+    def device(self) -> str:
+        return f"cpu: {cpu_model()} (core {self.cpu})"
+
+    def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
+        return [target.build.compiler_for("cpu"), "-shared", "-fPIC", "-std=gnu11", *flags,
+                "-o", str(src.with_suffix(".so")), str(src), "-lm"]
+
+    def job_extra(self, mode: str) -> dict:
+        extra = {"flush_bytes": 2 * _llc_bytes()}
+        return extra | {"cpu": self.cpu} if mode == "time" else extra
+
+
+def eat_pythonpath() -> str:
+    """PYTHONPATH for a child that runs `python -m eat.runners...` (eat may not be installed)."""
+    pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
+    return os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
 
 
 @lru_cache(maxsize=8)

@@ -87,6 +87,29 @@ KITS: list[Kit] = [
         "stale_cache": r"\bC\b",
         "memo_by_address": r"\bC\b",
     }),
+    # Python candidates: the same matmul, returning C instead of writing it.
+    Kit("torch_cpu", ".py", messages={
+        "syntax_error": r"line 4",
+        "segfault": r"SIGSEGV",
+        "infinite_loop": r"\blimit\b",
+        "writes_input": r"argument\[0\]",  # A
+        "wrong": r"\boutput\b",
+        "one_shape": r"\boutput\b",
+        "constant": r"\boutput\b",
+        "stale_cache": r"\boutput\b",
+        "memo_by_address": r"\boutput\b",
+    }),
+    Kit("mlx", ".py", messages={
+        "syntax_error": r"line 1",
+        "segfault": r"SIGSEGV",
+        "infinite_loop": r"\blimit\b",
+        "writes_input": r"argument\[0\]",
+        "wrong": r"\boutput\b",
+        "one_shape": r"\boutput\b",
+        "constant": r"\boutput\b",
+        "stale_cache": r"\boutput\b",
+        "memo_by_address": r"\boutput\b",
+    }),
 ]
 
 
@@ -237,6 +260,7 @@ def test_kit_is_complete(kit: Kit):
     """Every expected behaviour has a source, every source an expectation, the target loads."""
     target = load_target(kit.path)
     sources = {p.name.removesuffix(kit.suffix) for p in kit.path.glob(f"*{kit.suffix}")}
+    sources.discard(Path(target.reference.file).stem)  # Python kits: reference.py is no candidate
     assert set(kit.expect) == sources
     assert set(EXPECT) <= set(kit.expect), "a kit may not drop a behaviour every runner is held to"
     assert all(kit.expect[b] and kit.expect[b] <= set(STATUSES) for b in kit.expect)

@@ -1,0 +1,380 @@
+"""The in-process half of the Python runner: `python -m eat.runners.py_harness` in a child.
+
+Same protocol as harness.py (JSON job on stdin, one nonce-tagged result line on a private copy
+of stdout). Inputs and expected outputs come from the reference before the candidate is
+imported. A `Backend` hides the framework (torch on a CPU or GPU, MLX): moving arguments to the
+device, copying, poisoning, synchronizing and timing.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from eat.runners.harness import Outcome, _CpuWatch, _load_py, _stat
+from eat.runners.sandbox import lock_down
+from eat.runners.verify import compare
+
+
+class TorchBackend:
+    """torch on the CPU (one thread) or on a CUDA/ROCm GPU (CUDA events, L2 flushed)."""
+
+    # The baseline's work runs on the calling thread, so CPU burnt by other threads while it
+    # runs is a candidate's leftover.
+    own_thread = True
+
+    def __init__(self, device: str):
+        import torch
+        self.torch = torch
+        self.device = torch.device("cuda" if device == "cuda" else "cpu")
+        self.gpu = device == "cuda"
+        torch.set_grad_enabled(False)
+        if self.gpu:
+            props = torch.cuda.get_device_properties(self.device)
+            l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
+            self.flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
+        else:
+            torch.set_num_threads(1)
+
+    def is_array(self, x) -> bool:
+        return isinstance(x, self.torch.Tensor)
+
+    def to_device(self, x):
+        return x.to(self.device) if self.is_array(x) else x
+
+    def clone(self, x):
+        return x.clone()
+
+    def copy_into(self, dst, src) -> None:
+        dst.copy_(src)
+
+    def poison(self, x) -> None:
+        if x.is_floating_point() or x.is_complex():
+            x.fill_(float("nan"))
+        elif x.dtype == self.torch.bool:
+            x.fill_(True)
+        else:
+            x.fill_(0x5A)
+
+    def numpy(self, x) -> np.ndarray:
+        x = x.detach()
+        if x.dtype in (self.torch.bfloat16, self.torch.float16) or str(x.dtype).startswith(
+                "torch.float8"):
+            x = x.float()
+        return x.cpu().numpy().copy()
+
+    def seed(self, s: int) -> None:
+        self.torch.manual_seed(s)
+
+    def build(self, cls, init_args: list):
+        self.seed(0)
+        return cls(*init_args).to(self.device).eval()
+
+    def sync(self) -> None:
+        if self.gpu:
+            self.torch.cuda.synchronize()
+
+    def flush(self) -> None:
+        if self.gpu:
+            self.flush_buf.zero_()
+
+    def timed(self, fn, args) -> tuple[float, object]:
+        if not self.gpu:
+            t0 = time.perf_counter_ns()
+            out = fn(*args)
+            return (time.perf_counter_ns() - t0) / 1e9, out
+        cuda = self.torch.cuda
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        cuda.synchronize()
+        start.record()
+        out = fn(*args)
+        # Device-wide: work a candidate put on a side stream finishes inside the timed window.
+        cuda.synchronize()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3, out
+
+
+class MlxBackend:
+    """MLX (lazy: a call's outputs are evaluated before the clock stops).
+
+    MLX arrays are immutable to MLX code, but their evaluated buffers are writable through
+    numpy: that is how the same argument objects get each seed's values, as with torch.
+    """
+
+    own_thread = False  # ops run on MLX's stream thread
+
+    def __init__(self, device: str):
+        import mlx.core as mx
+        self.mx = mx
+
+    def is_array(self, x) -> bool:
+        return isinstance(x, self.mx.array)
+
+    def to_device(self, x):
+        return x
+
+    def clone(self, x):
+        return self.mx.array(np.array(x))
+
+    def copy_into(self, dst, src) -> None:
+        np.asarray(dst)[...] = np.asarray(src)
+
+    def poison(self, x) -> None:
+        view = np.asarray(x)
+        view.fill(np.nan) if view.dtype.kind in "fc" else view.view(np.uint8).fill(0x5A)
+
+    def numpy(self, x) -> np.ndarray:
+        if x.dtype in (self.mx.bfloat16, self.mx.float16):
+            x = x.astype(self.mx.float32)
+        return np.array(x)
+
+    def seed(self, s: int) -> None:
+        self.mx.random.seed(s)
+
+    def build(self, cls, init_args: list):
+        self.seed(0)
+        return cls(*init_args)
+
+    def sync(self) -> None:
+        self.mx.synchronize()
+
+    def flush(self) -> None:
+        pass
+
+    def timed(self, fn, args) -> tuple[float, object]:
+        mx = self.mx
+        t0 = time.perf_counter_ns()
+        out = fn(*args)
+        mx.eval([a for _, a in _leaves(out, self.is_array)])
+        mx.synchronize()
+        return (time.perf_counter_ns() - t0) / 1e9, out
+
+
+def _leaves(value, is_array, label: str = "output") -> list[tuple[str, object]]:
+    """(label, array) for every array in a nest of tuples, lists and dicts."""
+    if is_array(value):
+        return [(label, value)]
+    if isinstance(value, (tuple, list)):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, is_array,
+                                                                       f"{label}[{i}]")]
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _leaves(v, is_array,
+                                                                    f"{label}[{k!r}]")]
+    return []
+
+
+def _map(value, fn):
+    if isinstance(value, tuple):
+        return tuple(_map(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_map(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map(v, fn) for k, v in value.items()}
+    return fn(value)
+
+
+class Case:
+    """One workload: its argument sets (one per seed), what the reference made of each, and one
+    set of argument objects every call goes through (so results cannot be keyed on them)."""
+
+    def __init__(self, job: dict, params: dict, be, ref_mod):
+        self.be, self.params = be, params
+        self.label = ", ".join(f"{k}={v}" for k, v in params.items()) or "default workload"
+        ref = job["reference"]
+        self.init_args = (getattr(ref_mod, ref["init_inputs"])(**params)
+                          if job["kind"] == "module" else None)
+        make = getattr(ref_mod, ref["inputs"])
+        ref_fn = getattr(ref_mod, ref["function"])
+        if self.init_args is not None:
+            ref_fn = be.build(ref_fn, self.init_args)
+        self.sets = []
+        for seed in range(job["config"]["seeds"]):
+            be.seed(seed)
+            args = _map(list(make(seed, **params)), be.to_device)
+            self.sets.append(self._expect(args, ref_fn))
+        self.args = _map(self.sets[0]["args"], lambda x: be.clone(x) if be.is_array(x) else x)
+        self.leaves = [a for _, a in _leaves(self.args, be.is_array, "argument")]
+        self.dest = self.sets[0]["dest"]
+
+    def _expect(self, args, ref_fn) -> dict:
+        be = self.be
+        saved = [be.numpy(a) for _, a in _leaves(args, be.is_array)]
+        work = _map(args, lambda x: be.clone(x) if be.is_array(x) else x)
+        out = ref_fn(*work)
+        be.sync()
+        after = _leaves(work, be.is_array, "argument")
+        # Arguments the reference wrote into are outputs too (destination-passing style).
+        dest = [i for i, ((_, a), s) in enumerate(zip(after, saved))
+                if not np.array_equal(be.numpy(a), s, equal_nan=True)]
+        expected = [(lbl, be.numpy(a)) for lbl, a in _leaves(out, be.is_array)]
+        expected += [(after[i][0], be.numpy(after[i][1])) for i in dest]
+        return {"args": args, "inputs": saved, "dest": dest, "expected": expected}
+
+    def load(self, i: int) -> None:
+        """Set up a call on argument set `i`: its values copied in, destinations poisoned."""
+        be = self.be
+        src = [a for _, a in _leaves(self.sets[i]["args"], be.is_array)]
+        for k, (dst, s) in enumerate(zip(self.leaves, src)):
+            if k in self.dest:
+                be.poison(dst)
+            else:
+                be.copy_into(dst, s)
+
+    def outputs(self, out) -> list[tuple[str, np.ndarray]]:
+        got = [(lbl, self.be.numpy(a)) for lbl, a in _leaves(out, self.be.is_array)]
+        got += [(f"argument[{k}]", self.be.numpy(self.leaves[k])) for k in self.dest]
+        return got
+
+    def check(self, i: int, out, tol: dict, when: str) -> list[tuple[str, np.ndarray]]:
+        """Raise an Outcome unless the inputs are unchanged and the outputs match set `i`."""
+        for k, (a, saved) in enumerate(zip(self.leaves, self.sets[i]["inputs"])):
+            if k not in self.dest and not np.array_equal(self.be.numpy(a), saved,
+                                                         equal_nan=True):
+                raise Outcome("rejected", f"the candidate modified its input argument[{k}] "
+                              f"({when}, {self.label})", workload=self.params)
+        got = self.outputs(out)
+        want = self.sets[i]["expected"]
+        if len(got) != len(want):
+            raise Outcome("incorrect", f"returned {len(got)} arrays, the reference "
+                          f"{len(want)} ({when}, {self.label})", workload=self.params)
+        for (lbl, g), (_, w) in zip(got, want):
+            if g.shape != w.shape or g.dtype != w.dtype:
+                raise Outcome("incorrect", f"{lbl} is {g.dtype}{list(g.shape)}, want "
+                              f"{w.dtype}{list(w.shape)} ({when}, {self.label})",
+                              workload=self.params)
+            bad = compare(g, w, tol["rtol"], tol["atol"])
+            if bad:
+                raise Outcome("incorrect", f"{lbl} wrong ({when}, {self.label}): "
+                              f"{bad.summary}", workload=self.params, output=lbl,
+                              **bad.as_dict())
+        return got
+
+
+def _callable(mod, job: dict, case: Case):
+    if job["kind"] == "module":
+        return case.be.build(getattr(mod, job["entry"]), case.init_args)
+    return getattr(mod, job["entry"])
+
+
+def _load_candidate(path: str, job: dict):
+    try:
+        mod = _load_py(path, "candidate")
+    except Exception as e:
+        raise Outcome("compile_error", f"importing the candidate failed: "
+                      f"{type(e).__name__}: {e}"[:300]) from None
+    if not hasattr(mod, job["entry"]):
+        raise Outcome("compile_error", f"the candidate does not define {job['entry']}")
+    return mod
+
+
+def verify(job: dict, cases: list[Case], mod) -> dict:
+    tol = job["tolerance"]
+    for case in cases:
+        fn = _callable(mod, job, case)
+        for i in range(len(case.sets)):
+            case.load(i)
+            t0 = time.perf_counter()
+            out = fn(*case.args)
+            case.be.sync()
+            took = time.perf_counter() - t0
+            got = case.check(i, out, tol, f"seed {i}")
+            # Work finishing after the call returned (a detached thread) shows up as a change.
+            time.sleep(min(0.02, max(0.002, 2 * took)))
+            case.be.sync()
+            for (lbl, before), (_, now) in zip(got, case.outputs(out)):
+                if not np.array_equal(before, now, equal_nan=True):
+                    raise Outcome("rejected", f"{lbl} kept changing after the call returned "
+                                  f"({case.label}): work escaped the call",
+                                  workload=case.params)
+    return {"status": "ok", "message": "verified"}
+
+
+def time_all(job: dict, cases: list[Case], mod, base_mod) -> dict:
+    cfg, tol = job["config"], job["tolerance"]
+    watch = _CpuWatch()
+    results = []
+    for case in cases:
+        fns = {"candidate": _callable(mod, job, case), "baseline": _callable(base_mod, job, case)}
+        kinds = list(fns)
+        samples = {k: [] for k in kinds}
+
+        def run(kind: str, i: int) -> float:
+            case.load(i)
+            case.be.flush()
+            case.be.sync()
+            if kind == "candidate":
+                took, out = case.be.timed(fns[kind], case.args)
+                case.check(i, out, tol, f"timed call {len(samples[kind])}")
+            elif case.be.own_thread:
+                with watch:
+                    took, _ = case.be.timed(fns[kind], case.args)
+            else:
+                took, _ = case.be.timed(fns[kind], case.args)
+            return took
+
+        for r in range(cfg["warmup"]):
+            for kind in kinds:
+                run(kind, r % len(case.sets))
+        start, r = time.perf_counter(), 0
+        while r < cfg["max_repeats"]:
+            if r >= cfg["min_repeats"] and time.perf_counter() - start > cfg["budget_s"]:
+                break
+            # Rotating the order keeps drift and cache state from favouring one implementation.
+            for kind in kinds[r % 2:] + kinds[:r % 2]:
+                samples[kind].append(run(kind, r % len(case.sets)))
+            r += 1
+        results.append({k: _stat(v) for k, v in samples.items()})
+        with watch:  # an idle window: nothing of ours runs in it
+            time.sleep(0.02)
+    if watch.extra_ns > 5_000_000 + 0.05 * watch.wall_ns:
+        raise Outcome("rejected", f"background threads used {watch.extra_ns / 1e6:.1f} ms of CPU "
+                      "while the candidate was not running", extra_cpu_s=watch.extra_ns / 1e9)
+    return {"status": "ok", "message": "timed", "workloads": results,
+            "extra_cpu_s": max(0.0, watch.extra_ns / 1e9)}
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # whatever the candidate prints lands in the log, never in the result channel
+    phase = "setup"
+    try:
+        if job.get("cpu") is not None:
+            os.sched_setaffinity(0, {job["cpu"]})
+        be = (MlxBackend if job["framework"] == "mlx" else TorchBackend)(job["device"])
+        ref_mod = _load_py(job["reference"]["file"], "reference")
+        cases = [Case(job, params, be, ref_mod) for params in job["workloads"]]
+        base_mod = _load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
+        if job.get("lock_down", True):
+            why = lock_down()
+            if why and os.geteuid() == 0:
+                raise RuntimeError(f"cannot contain candidates as root: {why}")
+            if why:
+                print(f"eat harness: {why}; relying on RLIMIT_NPROC", file=sys.stderr)
+        phase = "candidate"
+        sys.path.insert(0, os.path.dirname(job["candidate"]))
+        mod = _load_candidate(job["candidate"], job)
+        gc.disable()
+        result = verify(job, cases, mod) if job["mode"] == "verify" else \
+            time_all(job, cases, mod, base_mod)
+    except Outcome as o:
+        result = {"status": o.status, "message": o.message, "detail": o.detail}
+    except Exception:
+        tb = traceback.format_exc(limit=6)
+        status = "harness_error" if phase == "setup" else "crash"
+        result = {"status": status, "message": tb.strip().splitlines()[-1][:300],
+                  "detail": {"traceback": tb[-3000:]}}
+    os.write(result_fd, f"EAT-RESULT {job['nonce']} {json.dumps(result)}\n".encode())
+    os.close(result_fd)
+
+
+if __name__ == "__main__":
+    main()

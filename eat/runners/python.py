@@ -1,0 +1,146 @@
+"""The Python runner: PyTorch, Triton and MLX candidates, on the CPU, a CUDA/ROCm GPU or MLX.
+
+A candidate is a Python file defining the target's entry (a function, or for `kind = "module"`
+an nn.Module class). The reference gives the call arguments (`inputs(seed, **params)`); what
+the reference returns, and any argument it writes into, is what the candidate must reproduce.
+
+syntax check -> verify (fresh `python -m eat.runners.py_harness`) -> time (fresh process,
+under the device's lock, the baseline file timed in the same process, interleaved).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import eat
+from eat.cache import device_lock
+from eat.runners import sandbox
+from eat.runners.base import Evaluation, Peaks, read_result, source_hash, summarize
+from eat.runners.cpu import cpu_model
+from eat.target import EvalConfig, Target
+
+# What each (runner, framework) needs, checked in a child so this process never imports torch.
+_PROBES = {
+    ("cpu", "torch"): "import torch; print(torch.__version__)",
+    ("cuda", "torch"): "import torch; assert torch.cuda.is_available() and torch.version.cuda, "
+                       "'torch sees no CUDA device'; print(torch.cuda.get_device_name())",
+    ("rocm", "torch"): "import torch; assert torch.cuda.is_available() and torch.version.hip, "
+                       "'torch sees no ROCm device'; print(torch.cuda.get_device_name())",
+    ("mlx", "mlx"): "import mlx.core as mx; print(mx.default_device())",
+}
+_INSTALL = {"torch": "pip install 'eat[torch]'", "mlx": "pip install 'eat[mlx]'"}
+
+
+@lru_cache(maxsize=8)
+def _probe(runner: str, framework: str, triton: bool) -> tuple[str | None, str]:
+    """(why it cannot run, device description): a short child process, cached per process."""
+    code = _PROBES[(runner, framework)] + ("; import triton" if triton else "")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, env=os.environ | {"PYTHONWARNINGS": "ignore"})
+    except subprocess.TimeoutExpired:
+        return f"probing {framework} took over 120 s", ""
+    if out.returncode == 0:
+        return None, out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    last = (out.stderr.strip().splitlines() or ["failed"])[-1]
+    if "No module named" in last:
+        name = last.split("'")[1] if "'" in last else framework
+        return f"{name} is not installed ({_INSTALL.get(name, f'pip install {name}')})", ""
+    return last.removeprefix("AssertionError: ")[:200], ""
+
+
+class PythonRunner:
+    """Runner for Python candidates: `language` pytorch or triton (torch), or mlx."""
+
+    def __init__(self, name: str, language: str, peaks: Peaks | None = None,
+                 cpu: int | None = None):
+        self.name, self.language, self.peaks = name, language, peaks
+        self.framework = "mlx" if language == "mlx" else "torch"
+        self.device_kind = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "mlx": "mlx"}[name]
+        self.cpu = sorted(os.sched_getaffinity(0))[-1] if cpu is None else cpu
+        # JIT compilers (Triton, torch.compile, cpp_extension) start processes, which the
+        # seccomp filter forbids; on a GPU Python candidates run without it (see ARCHITECTURE).
+        self.lock_down = name in ("cpu", "mlx")
+
+    def unavailable(self, target: Target | None = None) -> str | None:
+        return _probe(self.name, self.framework, self.language == "triton")[0]
+
+    @property
+    def device(self) -> str:
+        what = _probe(self.name, self.framework, False)[1]
+        if self.name == "cpu":
+            return f"cpu: {cpu_model()} (core {self.cpu}, torch {what})"
+        return f"{self.name}: {what}"
+
+    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
+                 workdir: Path | None = None) -> Evaluation:
+        cfg = config or target.evaluation
+        ev = dict(target=target.name, runner=self.name, device=self.device,
+                  source_hash=source_hash(source))
+        try:
+            compile(source, "candidate.py", "exec")
+        except (SyntaxError, ValueError) as e:
+            return Evaluation(status="compile_error", message=f"{type(e).__name__}: {e}",
+                              compile_log=str(e), **ev)
+        durations: dict[str, float] = {}
+        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
+            tmp = Path(tmp)
+            (tmp / "candidate.py").write_text(source)
+            job = self._job(target, cfg, tmp / "candidate.py")
+            t0 = time.monotonic()
+            res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
+            durations["verify_s"] = time.monotonic() - t0
+            if res["status"] == "ok":
+                with device_lock(self.name):
+                    t0 = time.monotonic()
+                    res, run = self._harness(job | {
+                        "mode": "time", "baseline": str(target.path(target.baseline.file)
+                                                         .resolve())}, tmp, cfg)
+                    durations["time_s"] = time.monotonic() - t0
+            if res["status"] != "ok":
+                return Evaluation(status=res["status"], message=res["message"],
+                                  detail=res.get("detail", {}), stderr=run.stderr,
+                                  durations=durations, **ev)
+            summary = summarize(target, res["workloads"], self.peaks)
+            return Evaluation(status="ok", message="verified and timed", stderr=run.stderr,
+                              durations=durations, detail={"extra_cpu_s": res["extra_cpu_s"]},
+                              **summary, **ev)
+
+    def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> dict:
+        ref = target.reference
+        return {"nonce": secrets.token_hex(16), "framework": self.framework,
+                "device": self.device_kind, "entry": target.entry.name,
+                "kind": target.entry.kind,
+                "reference": {"file": str(target.path(ref.file).resolve()),
+                              "function": ref.function, "inputs": ref.inputs,
+                              "init_inputs": ref.init_inputs},
+                "workloads": target.workloads, "tolerance": target.tolerance.model_dump(),
+                "config": cfg.model_dump(), "candidate": str(candidate),
+                "cpu": self.cpu if self.device_kind == "cpu" else None,
+                "lock_down": self.lock_down}
+
+    def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
+        pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
+        pythonpath = os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
+        # CUDA reserves far more address space than it uses: RLIMIT_AS would fail its start-up.
+        memory = cfg.memory_mb << 20 if self.device_kind != "cuda" else 1 << 46
+        limits = sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
+                                address_space_bytes=memory, max_output_chars=64_000)
+        extra = {"PYTHONPATH": pythonpath}
+        for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+            if var in os.environ:
+                extra[var] = os.environ[var]
+        run = sandbox.run([sys.executable, "-m", "eat.runners.py_harness"], cwd=tmp,
+                          env=sandbox.clean_env(tmp, extra), limits=limits,
+                          stdin=json.dumps(job))
+        run.stderr = sandbox.truncate(run.stderr, 4000)
+        return read_result(job, run, cfg), run
+

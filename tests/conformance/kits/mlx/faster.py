@@ -1,0 +1,5 @@
+import mlx.core as mx
+
+
+def matmul(A, B):
+    return A @ B

@@ -1,0 +1,3 @@
+def matmul(A, B):
+    while True:
+        pass

@@ -1,0 +1,2 @@
+def matmul(A, B):
+    return (A @ B) * 1.01

@@ -1,0 +1,5 @@
+import torch
+
+
+def matmul(A, B):
+    return (A @ B) * 1.01
