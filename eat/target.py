@@ -101,7 +101,8 @@ class Knob(_Strict):
 
     values: list[str | int | float] = Field(min_length=1, description="Allowed values.")
     kind: Literal["define", "cflags"] = Field(
-        "define", description="'define' becomes `#define NAME value`; 'cflags' sets flags.")
+        "define", description="'define' becomes `#define NAME value` (Python targets: "
+        "`NAME = value`, the value as Python source); 'cflags' sets compiler flags.")
     help: str = Field("", description="What the knob changes, for people and prompts.")
 
 
@@ -109,7 +110,8 @@ class Build(_Strict):
     """How sources are compiled."""
 
     compiler: str | None = Field(
-        None, description="Compiler; by default cc (cpu), nvcc (cuda) or hipcc (rocm).")
+        None, description="Compiler; by default cc (cpu), nvcc (cuda) or hipcc (rocm). A "
+        "relative path with a '/' (a wrapper shipped with the target) is the target folder's.")
     cflags: str = Field("-O2", description="Flags when the candidate names none.")
     arch: str | None = Field(
         None, description="GPU architecture for nvcc/hipcc (sm_90a, gfx942); by default the "
@@ -256,6 +258,13 @@ class Target(_Strict):
         return None if formula is None else float(eval_expr(formula, params))
 
     @model_validator(mode="after")
+    def _compiler_in_folder(self) -> Target:
+        compiler = self.build.compiler
+        if compiler and "/" in compiler and not Path(compiler).is_absolute():
+            self.build.compiler = str((self.root / compiler).resolve())
+        return self
+
+    @model_validator(mode="after")
     def _consistent(self) -> Target:
         if self.language not in LANGUAGES[self.runner]:
             raise ValueError(f"language: {self.language!r} is not a language of the "
@@ -267,6 +276,8 @@ class Target(_Strict):
                              "(inputs(seed, **params) -> list of call arguments)")
         elif self.entry.kind == "module" and not self.reference.init_inputs:
             raise ValueError("reference.init_inputs: required when entry.kind is 'module'")
+        elif any(k.kind == "cflags" for k in self.knobs.values()):
+            raise ValueError("knobs: a Python target has no compiler flags to set")
         for w in self.workloads:
             for kind in ("flops", "bytes"):
                 if getattr(self, kind):

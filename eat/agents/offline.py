@@ -19,15 +19,18 @@ _TRIES = 200
 
 
 def render(target: Target, knobs: dict[str, Any]) -> str:
-    """The baseline with knob values prepended: a `// eat:cflags` line, then `#define`s."""
+    """The baseline with knob values prepended: a `// eat:cflags` line, then `#define`s; for
+    Python targets `NAME = value` lines (the value as Python source)."""
     head = []
     for name, knob in target.knobs.items():
         if name not in knobs:
             continue
         if knob.kind == "cflags":
             head.insert(0, f"// eat:cflags {knobs[name]}")
-        else:
+        elif target.native:
             head.append(f"#define {name} {knobs[name]}")
+        else:
+            head.append(f"{name} = {knobs[name]}")
     return "\n".join(head) + "\n" + target.baseline_source()
 
 

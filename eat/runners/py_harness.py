@@ -241,9 +241,10 @@ class Case:
                               f"({when}, {self.label})", workload=self.params)
         got = self.outputs(out)
         want = self.sets[i]["expected"]
-        if len(got) != len(want):
-            raise Outcome("incorrect", f"returned {len(got)} arrays, the reference "
-                          f"{len(want)} ({when}, {self.label})", workload=self.params)
+        if [lbl for lbl, _ in got] != [lbl for lbl, _ in want]:
+            names = lambda arrays: ", ".join(lbl for lbl, _ in arrays) or "nothing"  # noqa: E731
+            raise Outcome("incorrect", f"gave {names(got)}; the reference gives {names(want)} "
+                          f"({when}, {self.label})", workload=self.params)
         for (lbl, g), (_, w) in zip(got, want):
             if g.shape != w.shape or g.dtype != w.dtype:
                 raise Outcome("incorrect", f"{lbl} is {g.dtype}{list(g.shape)}, want "

@@ -1,0 +1,202 @@
+"""The Python runner beyond the conformance kits: destination-passing arguments, nn.Module
+entries, the examples, prompts for Python targets, and a GPU target on a machine without one.
+
+Everything runs for real on the CPU: torch's CPU build and MLX's CPU build, in contained
+child processes.
+"""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from eat.agents.llm import render
+from eat.agents.offline import render as render_knobs
+from eat.errors import TargetError
+from eat.runners.base import runner_for
+from eat.target import load_target
+
+ROOT = Path(__file__).parent.parent
+
+QUICK = """
+[evaluation]
+seeds = 2
+warmup = 1
+min_repeats = 3
+max_repeats = 5
+budget_s = 0.1
+timeout_s = 60
+"""
+
+
+def _target(tmp_path: Path, toml: str, files: dict[str, str]) -> Path:
+    (tmp_path / "target.toml").write_text(textwrap.dedent(toml) + QUICK)
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+DPS_TOML = """
+name = "dps_scale"
+runner = "cpu"
+language = "pytorch"
+[entry]
+name = "scale"
+[reference]
+file = "reference.py"
+function = "reference"
+inputs = "inputs"
+[baseline]
+file = "baseline.py"
+[[workloads]]
+n = 1000
+[[workloads]]
+n = 17
+[tolerance]
+rtol = 1e-6
+"""
+
+DPS_REF = """
+import torch
+
+def inputs(seed, n):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, generator=g), torch.empty(n)]
+
+def reference(x, out):
+    out.copy_(x * 2)
+"""
+
+
+@pytest.fixture
+def dps(tmp_path):
+    return load_target(_target(tmp_path, DPS_TOML, {
+        "reference.py": DPS_REF,
+        "baseline.py": "def scale(x, out):\n    out.copy_(x + x)\n"}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, status, words", [
+    ("torch.mul(x, 2, out=out)", "ok", ""),
+    ("out[:-1] = x[:-1] * 2", "incorrect", "never written"),   # the poison shows
+    ("return x * 2", "incorrect", "gave output, argument[1]; the reference gives argument[1]"),
+    ("out.copy_(x * 2); x.zero_()", "rejected", "argument[0]"),  # scribbles on its input
+])
+def test_destination_arguments_are_outputs(dps, body, status, words):
+    ev = runner_for(dps).evaluate(dps, f"import torch\n\ndef scale(x, out):\n    {body}\n")
+    assert ev.status == status, ev.message
+    assert words in ev.message
+
+
+MODULE_TOML = """
+name = "mlp"
+runner = "cpu"
+language = "pytorch"
+[entry]
+name = "ModelNew"
+kind = "module"
+[reference]
+file = "reference.py"
+function = "Model"
+inputs = "inputs"
+init_inputs = "init_inputs"
+[baseline]
+file = "baseline.py"
+[[workloads]]
+batch = 8
+dim = 64
+[tolerance]
+rtol = 1e-4
+atol = 1e-5
+"""
+
+MODULE_REF = """
+import torch
+from torch import nn
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+def inputs(seed, batch, dim):
+    return [torch.randn(batch, dim, generator=torch.Generator().manual_seed(seed))]
+
+def init_inputs(batch, dim):
+    return [dim]
+"""
+
+
+@pytest.mark.slow
+def test_module_entries_are_built_with_the_same_weights(tmp_path):
+    baseline = MODULE_REF.replace("class Model(", "class ModelNew(")
+    target = load_target(_target(tmp_path, MODULE_TOML, {"reference.py": MODULE_REF,
+                                                         "baseline.py": baseline}))
+    runner = runner_for(target)
+    fused = baseline.replace("torch.relu(self.fc(x))",
+                             "torch.addmm(self.fc.bias, x, self.fc.weight.t()).clamp_min_(0)")
+    assert runner.evaluate(target, fused).status == "ok"
+    # Other weights (a different init order) give other outputs: the check is real.
+    other = baseline.replace("super().__init__()",
+                             "super().__init__()\n        torch.randn(3)")
+    ev = runner.evaluate(target, other)
+    assert ev.status == "incorrect" and "output" in ev.message
+
+
+def test_python_target_needs_inputs_and_no_cflags(tmp_path):
+    path = _target(tmp_path, DPS_TOML.replace('inputs = "inputs"\n', ""),
+                   {"reference.py": DPS_REF, "baseline.py": "def scale(x, out): pass\n"})
+    with pytest.raises(TargetError, match="reference.inputs: required"):
+        load_target(path)
+    (path / "target.toml").write_text(DPS_TOML + QUICK.replace(
+        "[evaluation]", '[knobs.F]\nkind = "cflags"\nvalues = ["-O3"]\n[evaluation]'))
+    with pytest.raises(TargetError, match="knobs"):
+        load_target(path)
+    (path / "target.toml").write_text(DPS_TOML.replace('language = "pytorch"',
+                                                       'language = "triton"'))
+    with pytest.raises(TargetError, match="language: 'triton' is not a language of the cpu"):
+        load_target(path)
+
+
+def test_python_knobs_render_as_assignments_read_by_the_baseline():
+    target = load_target(ROOT / "examples" / "mlx_softmax")
+    source = render_knobs(target, {"COMPILE": "True", "FUSED": "False"})
+    assert source.startswith("COMPILE = True\nFUSED = False\n")
+    scope: dict = {}
+    exec(compile(source, "candidate.py", "exec"), scope)
+    assert scope["COMPILE"] is True and scope["softmax"] is not scope["_softmax"]
+
+
+@pytest.mark.slow
+def test_mlx_example_baseline_and_fused_knob_are_ok():
+    target = load_target(ROOT / "examples" / "mlx_softmax")
+    runner = runner_for(target)
+    for knobs in ({"COMPILE": "False", "FUSED": "False"}, {"COMPILE": "True", "FUSED": "True"}):
+        ev = runner.evaluate(target, render_knobs(target, knobs))
+        assert ev.status == "ok", ev.message
+        assert len(ev.workloads) == 3 and ev.speedup > 0
+
+
+def test_prompts_describe_python_targets(dps):
+    system = render("system.md.j2", target=dps)
+    assert "function `scale`" in system and "destination-passing" in system
+    context = render("context.md.j2", target=dps, reference_source=DPS_REF,
+                     baseline_source="def scale(x, out): ...", learning="")
+    assert "Entry point: `scale` (function)" in context and "Shapes" not in context
+
+
+def test_gpu_python_target_without_a_gpu_is_one_line_exit_2(tmp_path):
+    path = _target(tmp_path, DPS_TOML.replace('runner = "cpu"', 'runner = "cuda"'),
+                   {"reference.py": DPS_REF, "baseline.py": "def scale(x, out): pass\n"})
+    done = subprocess.run([sys.executable, "-m", "eat", "eval", str(path),
+                           str(path / "baseline.py")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: dps_scale needs the cuda runner: ")
+    assert "CUDA" in lines[0] and done.stdout == ""
