@@ -238,5 +238,53 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     out.print(table)
 
 
+import_app = typer.Typer(no_args_is_help=True, help="Turn a KernelBench, GPU MODE or "
+                         "FlashInfer-Bench problem into a target folder.")
+app.add_typer(import_app, name="import")
+_OUT = typer.Option(None, "--out", "-o", help="Target folder to write (default: ./NAME); it "
+                    "must not exist or be empty.")
+_RUNNER = typer.Option("cuda", "--runner", help="cuda, rocm or cpu (torch's CPU build).")
+
+
+def _imported(path: Path) -> None:
+    out.print(f"wrote {path}   (eat eval {path} {path / 'baseline.py'})", markup=False)
+
+
+@import_app.command("kernelbench")
+@_reports_errors
+def import_kernelbench_cmd(
+        file: Path = typer.Argument(..., help="Problem file: class Model, get_inputs, "
+                                    "get_init_inputs."),
+        out_dir: Path = _OUT, runner: str = _RUNNER):
+    """A KernelBench problem; candidates define class ModelNew."""
+    from eat.formats.kernelbench import import_kernelbench
+
+    _imported(import_kernelbench(file, out_dir, runner))
+
+
+@import_app.command("gpumode")
+@_reports_errors
+def import_gpumode_cmd(
+        task_dir: Path = typer.Argument(..., help="Task folder with task.yml and reference.py."),
+        out_dir: Path = _OUT, runner: str = _RUNNER):
+    """A GPU MODE reference-kernels task; candidates define custom_kernel(data)."""
+    from eat.formats.gpumode import import_gpumode
+
+    _imported(import_gpumode(task_dir, out_dir, runner))
+
+
+@import_app.command("flashinfer")
+@_reports_errors
+def import_flashinfer_cmd(
+        definition: Path = typer.Argument(..., help="Definition JSON."),
+        workloads: Path = typer.Argument(None, help="Workloads JSONL (needed when the "
+                                         "definition has var axes)."),
+        out_dir: Path = _OUT, runner: str = _RUNNER):
+    """A FlashInfer-Bench definition; candidates define run(*inputs, *outputs)."""
+    from eat.formats.flashinfer_bench import import_flashinfer
+
+    _imported(import_flashinfer(definition, workloads, out_dir, runner))
+
+
 def main() -> None:
     app()

@@ -221,15 +221,22 @@ class Case:
         """Set up a call on argument set `i`: its values copied in, destinations poisoned."""
         be = self.be
         src = [a for _, a in _leaves(self.sets[i]["args"], be.is_array)]
+        # The seed's structure and plain values, around the same array objects as every call.
+        mine = iter(self.leaves)
+        self.args = _map(self.sets[i]["args"], lambda x: next(mine) if be.is_array(x) else x)
         for k, (dst, s) in enumerate(zip(self.leaves, src)):
             if k in self.dest:
                 be.poison(dst)
             else:
                 be.copy_into(dst, s)
 
+    def labels(self) -> list[str]:
+        """Where each array argument sits in the call, e.g. argument[0][1]."""
+        return [lbl for lbl, _ in _leaves(self.args, self.be.is_array, "argument")]
+
     def outputs(self, out) -> list[tuple[str, np.ndarray]]:
         got = [(lbl, self.be.numpy(a)) for lbl, a in _leaves(out, self.be.is_array)]
-        got += [(f"argument[{k}]", self.be.numpy(self.leaves[k])) for k in self.dest]
+        got += [(self.labels()[k], self.be.numpy(self.leaves[k])) for k in self.dest]
         return got
 
     def check(self, i: int, out, tol: dict, when: str) -> list[tuple[str, np.ndarray]]:
@@ -237,7 +244,7 @@ class Case:
         for k, (a, saved) in enumerate(zip(self.leaves, self.sets[i]["inputs"])):
             if k not in self.dest and not np.array_equal(self.be.numpy(a), saved,
                                                          equal_nan=True):
-                raise Outcome("rejected", f"the candidate modified its input argument[{k}] "
+                raise Outcome("rejected", f"the candidate modified its input {self.labels()[k]} "
                               f"({when}, {self.label})", workload=self.params)
         got = self.outputs(out)
         want = self.sets[i]["expected"]

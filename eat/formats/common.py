@@ -1,0 +1,138 @@
+"""What the importers share: reading their sources, CPU device names, writing the target folder."""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import shutil
+import tempfile
+import tokenize
+from pathlib import Path
+
+import tomli_w
+
+from eat.errors import BadInput, TargetError
+
+RUNNERS = ("cuda", "rocm", "cpu")
+
+
+def check_runner(runner: str) -> None:
+    if runner not in RUNNERS:
+        raise BadInput(f"--runner {runner!r}: imported targets run on one of {', '.join(RUNNERS)}")
+
+
+def read_text(path: Path) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: file not found")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path}: cannot read: {e}") from None
+
+
+def parse_python(source: str, path: Path) -> ast.Module:
+    try:
+        return ast.parse(source, filename=str(path))
+    except SyntaxError as e:
+        raise BadInput(f"{path}: line {e.lineno}: not valid Python: {e.msg}") from None
+
+
+def top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
+    """Names a module binds at its top level (functions, classes, assignments, imports)."""
+    names: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        names[n.id] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = node
+    return names
+
+
+def require_free(names: dict, wanted: tuple[str, ...], path: Path) -> None:
+    """Refuse a source that already binds a name the importer adds next to its code."""
+    taken = [n for n in wanted if n in names]
+    if taken:
+        raise BadInput(f"{path}: defines {', '.join(taken)}, a name the importer needs to add")
+
+
+def safe_name(text: str) -> str:
+    """A target name (and default folder name) from a file or problem name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._-") or "target"
+
+
+def on_cpu(source: str) -> str:
+    """`source` with its CUDA device names made the CPU's.
+
+    Benchmark problems hard-code the GPU (`device="cuda"`, `.cuda()`); under `--runner cpu`
+    they run with torch's CPU build, so the string "cuda" (or "cuda:N") becomes "cpu" and
+    `.cuda()` becomes `.cpu()`. Other uses (`torch.cuda.synchronize()`) are left as written.
+    """
+    toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    edits = []
+    for i, t in enumerate(toks):
+        if t.type == tokenize.STRING:
+            try:
+                value = ast.literal_eval(t.string)
+            except (ValueError, SyntaxError):
+                continue
+            if isinstance(value, str) and re.fullmatch(r"cuda(:\d+)?", value):
+                edits.append((t.start, t.end, '"cpu"'))
+        elif (t.type == tokenize.NAME and t.string == "cuda" and 0 < i < len(toks) - 2
+              and toks[i - 1].string == "." and toks[i + 1].string == "("
+              and toks[i + 2].string == ")"):
+            edits.append((t.start, t.end, "cpu"))
+    lines = source.splitlines(keepends=True)
+    for (row, c0), (_, c1), text in reversed(edits):  # right to left keeps columns valid
+        line = lines[row - 1]
+        lines[row - 1] = line[:c0] + text + line[c1:]
+    return "".join(lines)
+
+
+def write_target(out: Path, origin: Path, header: str, target: dict, files: dict[str, str],
+                 copies: dict[str, Path] | None = None) -> Path:
+    """Write a target folder at `out`: target.toml (`header` comment, then `target`), `files`
+    (relative path -> text) and `copies` (relative path -> file to copy).
+
+    Refuses an existing `out` unless it is an empty folder, without touching it. The folder is
+    built in a temporary sibling, checked with load_target, then renamed into place, so `out`
+    is either complete or absent.
+    """
+    from eat.target import TARGET_FILE, load_target
+
+    out = Path(out)
+    if out.is_symlink() or out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInput(f"{out}: already exists and is not an empty folder; choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        toml = "".join(f"# {line}".rstrip() + "\n" for line in header.strip().splitlines())
+        (tmp / TARGET_FILE).write_text(toml + "\n" + tomli_w.dumps(target, multiline_strings=True))
+        for rel, text in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text)
+        for rel, src in (copies or {}).items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, tmp / rel)
+        try:
+            load_target(tmp)
+        except TargetError as e:
+            raise BadInput(f"{origin}: the imported target does not load: "
+                           f"{str(e).replace(str(tmp), str(out))}") from None
+        tmp.chmod(0o755)  # mkdtemp's folder is private; a target folder is not
+        try:
+            os.rename(tmp, out)  # replaces an empty folder, fails on one filled meanwhile
+        except OSError as e:
+            raise BadInput(f"{out}: cannot create: {e.strerror}") from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out

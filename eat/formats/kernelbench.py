@@ -1,0 +1,129 @@
+"""KernelBench problems: a file with `class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()`.
+
+A solution defines `class ModelNew` with Model's constructor and forward, so the target's entry
+is `ModelNew` of kind "module". The problem's sizes are module constants (`batch_size = 16`):
+each int or float constant is a workload parameter, the imported workload holds their values,
+and `inputs()` / `init_inputs()` re-run the module's top-level assignments with a workload's
+values in place, so shapes derived from them follow.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from eat.errors import BadInput
+from eat.formats.common import (check_runner, on_cpu, parse_python, read_text, require_free,
+                                safe_name, top_level_names, write_target)
+
+# KernelBench's own check: torch.allclose(atol=1e-2, rtol=1e-2).
+TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
+
+_ADDED = """
+
+# ---- Added by `eat import kernelbench` ----
+# A workload sets any of the int/float constants in _EAT_PARAMS by name. The module's top-level
+# assignments are re-run with those values in place, so sizes derived from them follow, and
+# get_inputs / get_init_inputs run against the result (this module's globals stay as written).
+import types as _eat_types
+
+import torch as _eat_torch
+
+_EAT_PARAMS = {params!r}
+_EAT_ASSIGNMENTS = [
+{assignments}]
+
+
+def _eat_sized(fn, params):
+    unknown = sorted(set(params) - set(_EAT_PARAMS))
+    if unknown:
+        raise TypeError(f"unknown workload parameter(s) {{', '.join(unknown)}}; this problem's "
+                        f"are {{', '.join(_EAT_PARAMS) or 'none'}}")
+    scope = dict(globals(), **params)
+    for statement in _EAT_ASSIGNMENTS:
+        exec(statement, scope)
+        scope.update(params)
+    return _eat_types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__,
+                                   fn.__closure__)()
+
+
+def inputs(seed, **params):
+    \"\"\"The forward arguments for one workload: get_inputs() with torch seeded by `seed`.\"\"\"
+    _eat_torch.manual_seed(seed)
+    return list(_eat_sized(get_inputs, params))
+
+
+def init_inputs(**params):
+    \"\"\"The constructor arguments for one workload: get_init_inputs().\"\"\"
+    return list(_eat_sized(get_init_inputs, params))
+"""
+
+_HEADER = """Imported by `eat import kernelbench` from {src}.
+A candidate is a Python file defining class ModelNew(nn.Module) like Model; it is built as
+Model is (torch.manual_seed(0), ModelNew(*init_inputs)) and called with the inputs.
+Workload parameters are the problem's int/float constants; add workloads to try other sizes."""
+
+
+def _constant(node: ast.expr):
+    """The value of an int or float literal (bools excluded), else None."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda") -> Path:
+    """Write a target folder for the KernelBench problem file `src`; returns the folder."""
+    check_runner(runner)
+    src = Path(src)
+    source = read_text(src)
+    tree = parse_python(source, src)
+    if runner == "cpu":  # before the assignments are taken: they are re-run as written
+        source = on_cpu(source)
+        tree = ast.parse(source)
+    names = top_level_names(tree)
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in names]
+    if missing:
+        raise BadInput(f"{src}: not a KernelBench problem: no {', '.join(missing)} at top level")
+    if not isinstance(names["Model"], ast.ClassDef):
+        raise BadInput(f"{src}: Model is not a class")
+    require_free(names, ("ModelNew", "inputs", "init_inputs"), src)
+
+    params: dict[str, int | float] = {}
+    assignments = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            assignments.append(ast.get_source_segment(source, node))
+            value = _constant(node.value) if isinstance(node, ast.Assign) else None
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        if value is not None and n is target:
+                            params[n.id] = value
+                        else:  # bound to something computed: not a plain size (any more)
+                            params.pop(n.id, None)
+
+    source = source.rstrip() + "\n"
+    reference = source + _ADDED.format(
+        params=tuple(params), assignments="".join(f"    {a!r},\n" for a in assignments))
+    baseline = source + "\n\n# The baseline is the problem's own Model (added by eat import).\n" \
+                        "ModelNew = Model\n"
+    name = safe_name(src.stem)
+    doc = ast.get_docstring(names["Model"]) or ""
+    target = {
+        "name": name,
+        "description": (doc.strip() + "\n\n" if doc.strip() else "") +
+        f"KernelBench problem {src.name}: write class ModelNew(nn.Module), a faster Model with "
+        "the same constructor arguments, parameters and forward.",
+        "runner": runner,
+        "language": "pytorch",
+        "entry": {"name": "ModelNew", "kind": "module"},
+        "reference": {"file": "reference.py", "function": "Model", "inputs": "inputs",
+                      "init_inputs": "init_inputs"},
+        "baseline": {"file": "baseline.py"},
+        "workloads": [params],
+        "tolerance": TOLERANCE,
+    }
+    return write_target(out or Path.cwd() / name, src, _HEADER.format(src=src.name), target,
+                        {"reference.py": reference, "baseline.py": baseline})
