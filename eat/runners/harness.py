@@ -3,7 +3,9 @@
 Reads a JSON job on stdin, builds inputs and expected outputs with the target's reference
 *before* any candidate code is loaded, locks the process down, then verifies or times the
 candidate and writes one result line, tagged with the job's nonce, to a private copy of stdout.
-Only numpy and the standard library are imported here: this runs once per check.
+Only numpy and the standard library are imported here: this runs once per check. The GPU
+harness (gpu_harness.py) is this one with device buffers: it reuses serve, Workload, verify and
+time_all, overriding how a call is made, waited for and timed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import sys
 import time
 import traceback
+from functools import partial
 
 import numpy as np
 
@@ -71,9 +74,8 @@ class Workload:
             (self.inputs if a["const"] else self.outputs)[a["name"]] = arr
             self.values[a["name"]] = arr
         self.sets = [self._make_set(job, ref_mod, seed) for seed in range(seeds)]
-        self.c_args = tuple(
-            ctypes.c_void_p(v.ctypes.data) if isinstance(v, np.ndarray)
-            else _CTYPES[a["ctype"]](v) for a, v in zip(job["args"], self.values.values()))
+        self.c_args = call_args(job["args"], {k: v.ctypes.data if isinstance(v, np.ndarray)
+                                              else v for k, v in self.values.items()})
 
     def _make_set(self, job: dict, ref_mod, seed: int) -> dict:
         rng = np.random.default_rng(seed)
@@ -110,6 +112,21 @@ class Workload:
         for out in self.outputs.values():
             poison(out)
 
+    def call(self, fn) -> float:
+        """Call the entry point on the loaded set; seconds until it returned."""
+        t0 = time.perf_counter()
+        fn(*self.c_args)
+        return time.perf_counter() - t0
+
+    def read_outputs(self) -> dict[str, np.ndarray]:
+        """A copy of the outputs as they are now."""
+        return {k: v.copy() for k, v in self.outputs.items()}
+
+    @property
+    def vendor_args(self) -> dict:
+        """Keyword arguments of the vendor function: the loaded buffers and the scalars."""
+        return self.values
+
     def check_inputs(self, i: int, when: str) -> None:
         for k, buf in self.inputs.items():
             if not np.array_equal(buf, self.sets[i]["inputs"][k], equal_nan=True):
@@ -123,6 +140,12 @@ class Workload:
             if bad:
                 raise Outcome("incorrect", f"output {k} wrong ({when}, {self.label}): "
                               f"{bad.summary}", workload=self.params, output=k, **bad.as_dict())
+
+
+def call_args(args: list[dict], values: dict) -> tuple:
+    """ctypes arguments of the entry point: pointers (addresses) as void *, scalars typed."""
+    return tuple(ctypes.c_void_p(values[a["name"]]) if a["pointer"]
+                 else _CTYPES[a["ctype"]](values[a["name"]]) for a in args)
 
 
 def _bind(path: str, job: dict):
@@ -143,14 +166,12 @@ def verify(job: dict, workloads: list[Workload], fn) -> dict:
     for w in workloads:
         for seed in range(len(w.sets)):
             w.load(seed)
-            t0 = time.perf_counter()
-            fn(*w.c_args)
-            took = time.perf_counter() - t0
-            snapshot = {k: v.copy() for k, v in w.outputs.items()}
+            took = w.call(fn)
+            snapshot = w.read_outputs()
             w.check_inputs(seed, f"seed {seed}")
             # Work finishing after the call returned (a detached thread) shows up as a change.
             time.sleep(min(0.02, max(0.002, 2 * took)))
-            for k, out in w.outputs.items():
+            for k, out in w.read_outputs().items():
                 if not np.array_equal(out, snapshot[k], equal_nan=True):
                     raise Outcome("rejected", f"output {k} kept changing after the call returned "
                                   f"({w.label}): work escaped the call", workload=w.params)
@@ -184,33 +205,52 @@ def _stat(samples: list[float]) -> dict:
     return {"median_s": float(med), "iqr_s": float(q3 - q1), "n": len(samples)}
 
 
-def time_all(job: dict, workloads: list[Workload], fn, base_fn, vendor_fn) -> dict:
+class HostTimer:
+    """Wall-clock latency of a call on this core; `flush` writes a buffer larger than the LLC."""
+
+    def __init__(self, flush_bytes: int | None):
+        self.buf = np.zeros(flush_bytes, dtype=np.uint8) if flush_bytes else None
+
+    def flush(self) -> None:
+        if self.buf is not None:
+            np.add(self.buf, 1, out=self.buf)
+
+    def time(self, call) -> float:
+        t0 = time.perf_counter_ns()
+        call()
+        return (time.perf_counter_ns() - t0) / 1e9
+
+
+def implementations(fn, base_fn, vendor_fn) -> dict:
+    """What time_all times: impl(workload) -> a call with no arguments, the candidate first."""
+    impls = {"candidate": lambda w: partial(fn, *w.c_args)}
+    if base_fn:
+        impls["baseline"] = lambda w: partial(base_fn, *w.c_args)
+    if vendor_fn:
+        impls["vendor"] = lambda w: partial(vendor_fn, **w.vendor_args)
+    return impls
+
+
+def time_all(job: dict, workloads: list[Workload], impls: dict, timer) -> dict:
+    """Median and IQR of each implementation per workload, the candidate's outputs re-checked.
+
+    `impls` comes from implementations(); each call is built before the timer starts. `timer`
+    has flush() and time(call) -> seconds.
+    """
     cfg, tol = job["config"], job["tolerance"]
-    flush = None
-    if cfg["flush_cache"]:
-        flush = np.zeros(job.get("flush_bytes", 64 << 20), dtype=np.uint8)
     watch = _CpuWatch()
     results = []
 
     def run(kind: str, w: Workload, i: int) -> float:
         w.load(i)
-        if flush is not None:
-            np.add(flush, 1, out=flush)
+        call = impls[kind](w)
+        timer.flush()
         if kind == "candidate":
-            t0 = time.perf_counter_ns()
-            fn(*w.c_args)
-            t1 = time.perf_counter_ns()
-        else:
-            with watch:
-                t0 = time.perf_counter_ns()
-                if kind == "baseline":
-                    base_fn(*w.c_args)
-                else:
-                    vendor_fn(**w.values)
-                t1 = time.perf_counter_ns()
-        return (t1 - t0) / 1e9
+            return timer.time(call)
+        with watch:
+            return timer.time(call)
 
-    kinds = ["candidate"] + (["baseline"] if base_fn else []) + (["vendor"] if vendor_fn else [])
+    kinds = list(impls)
     for w in workloads:
         samples = {k: [] for k in kinds}
         for r in range(cfg["warmup"]):
@@ -239,24 +279,19 @@ def time_all(job: dict, workloads: list[Workload], fn, base_fn, vendor_fn) -> di
             "extra_cpu_s": max(0.0, watch.extra_ns / 1e9)}
 
 
-def main() -> None:
+def serve(setup, check) -> None:
+    """Run the job on stdin and write its one tagged result line.
+
+    `setup(job)` runs before any candidate code (its failures are the target's: harness_error);
+    then the process is locked down and `check(job, state)` loads and judges the candidate.
+    """
     job = json.loads(sys.stdin.read())
     sys.stdin.close()
     result_fd = os.dup(1)
     os.dup2(2, 1)  # whatever the candidate prints lands in the log, never in the result channel
     phase = "setup"
     try:
-        ref_mod = _load_py(job["reference"]["file"], "reference")
-        workloads = [Workload(job, w, job["config"]["seeds"], ref_mod) for w in job["workloads"]]
-        base_fn = vendor_fn = None
-        if job["mode"] == "time":
-            if job.get("cpu") is not None:
-                os.sched_setaffinity(0, {job["cpu"]})
-            if job.get("baseline_lib"):
-                base_fn = _bind(job["baseline_lib"], job)
-            if job.get("vendor"):
-                vendor_fn = getattr(_load_py(job["vendor"]["file"], "vendor"),
-                                    job["vendor"]["function"])
+        state = setup(job)
         if job.get("lock_down", True):
             why = lock_down()
             if why and os.geteuid() == 0:
@@ -265,10 +300,7 @@ def main() -> None:
             if why:
                 print(f"eat harness: {why}; relying on RLIMIT_NPROC", file=sys.stderr)
         phase = "candidate"
-        fn = _bind(job["candidate_lib"], job)
-        gc.disable()
-        result = verify(job, workloads, fn) if job["mode"] == "verify" else \
-            time_all(job, workloads, fn, base_fn, vendor_fn)
+        result = check(job, state)
     except Outcome as o:
         result = {"status": o.status, "message": o.message, "detail": o.detail}
     except Exception:
@@ -278,6 +310,35 @@ def main() -> None:
                   "detail": {"traceback": tb[-3000:]}}
     os.write(result_fd, f"EAT-RESULT {job['nonce']} {json.dumps(result)}\n".encode())
     os.close(result_fd)
+
+
+def _setup(job: dict) -> tuple:
+    ref_mod = _load_py(job["reference"]["file"], "reference")
+    workloads = [Workload(job, w, job["config"]["seeds"], ref_mod) for w in job["workloads"]]
+    base_fn = vendor_fn = None
+    if job["mode"] == "time":
+        if job.get("cpu") is not None:
+            os.sched_setaffinity(0, {job["cpu"]})
+        if job.get("baseline_lib"):
+            base_fn = _bind(job["baseline_lib"], job)
+        if job.get("vendor"):
+            vendor_fn = getattr(_load_py(job["vendor"]["file"], "vendor"),
+                                job["vendor"]["function"])
+    return workloads, base_fn, vendor_fn
+
+
+def _check(job: dict, state: tuple) -> dict:
+    workloads, base_fn, vendor_fn = state
+    fn = _bind(job["candidate_lib"], job)
+    gc.disable()
+    if job["mode"] == "verify":
+        return verify(job, workloads, fn)
+    flush = job.get("flush_bytes", 64 << 20) if job["config"]["flush_cache"] else None
+    return time_all(job, workloads, implementations(fn, base_fn, vendor_fn), HostTimer(flush))
+
+
+def main() -> None:
+    serve(_setup, _check)
 
 
 if __name__ == "__main__":

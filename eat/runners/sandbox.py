@@ -48,7 +48,11 @@ class Limits:
 
     wall_s: float = 60.0
     cpu_s: int = 120
-    address_space_bytes: int = 8 << 30
+    # None: no limit. GPU runtimes reserve far more address space than they use (CUDA fails to
+    # start under RLIMIT_AS), so GPU harnesses cap data_bytes (RLIMIT_DATA) instead, which
+    # counts writable private memory (malloc) but not PROT_NONE reservations.
+    address_space_bytes: int | None = 8 << 30
+    data_bytes: int | None = None
     file_size_bytes: int = 256 << 20
     max_output_chars: int = 8000
     nproc: int = 512
@@ -88,7 +92,10 @@ def _preexec(limits: Limits):
             os._exit(1)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes,) * 2)
+        if limits.address_space_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes,) * 2)
+        if limits.data_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (limits.data_bytes,) * 2)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes,) * 2)
         # Not enforced for root; lock_down() covers that case.
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc,) * 2)

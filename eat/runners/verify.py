@@ -17,6 +17,11 @@ def poison(out: np.ndarray) -> None:
         out.view(np.uint8).fill(_INT_POISON)
 
 
+def poison_byte(dtype) -> int:
+    """The byte a device output is filled with (a memset): all ones is a NaN in every float."""
+    return 0xFF if np.dtype(dtype).kind in "fc" else _INT_POISON
+
+
 @dataclass
 class Mismatch:
     """Why an output failed, small enough for a log line and a prompt."""

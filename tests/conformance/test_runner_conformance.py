@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import fake_gpu
 import pytest
 
 from eat.runners.base import STATUSES, Evaluation, Runner, runner_for
@@ -66,6 +67,9 @@ class Kit:
     # where it is). Its status checks run as xfail until the runner is fixed; then delete the
     # entry. Not a way to lower an expectation.
     known_gaps: Mapping[str, str] = field(default_factory=dict)
+    # Makes what the kit's runner needs on this machine (e.g. a fake device runtime) and returns
+    # environment variables, set around this kit's evaluations only.
+    env: Callable[[], Mapping[str, str]] | None = None
 
     @property
     def path(self) -> Path:
@@ -109,6 +113,31 @@ KITS: list[Kit] = [
         "constant": r"\boutput\b",
         "stale_cache": r"\boutput\b",
         "memo_by_address": r"\boutput\b",
+    }),
+    # CUDA C++ on a real NVIDIA GPU; skipped, with the runner's reason, on machines without one.
+    Kit("cuda", ".cu", messages={
+        "syntax_error": r"error\b.*accumulator",  # nvcc: identifier "accumulator" is undefined
+        "segfault": r"illegal (memory access|address)",  # the runtime's own words
+        "infinite_loop": r"\blimit\b",
+        "writes_input": r"\bA\b",
+        "wrong": r"\bC\b",
+        "one_shape": r"\bC\b",
+        "constant": r"\bC\b",
+        "stale_cache": r"\bC\b",
+        "memo_by_address": r"\bC\b",
+    }),
+    # The GPU runner's pipeline on the FAKE runtime of tests/fake_gpu (host memory, plain C++
+    # candidates built by g++): runs everywhere, proves the harness, says nothing about GPUs.
+    Kit("cuda_fake", ".cu", env=fake_gpu.runtime_env, messages={
+        "syntax_error": r"error\b.*accumulator",
+        "segfault": r"SIGSEGV",
+        "infinite_loop": r"\blimit\b",
+        "writes_input": r"\bA\b",
+        "wrong": r"\bC\b",
+        "one_shape": r"\bC\b",
+        "constant": r"\bC\b",
+        "stale_cache": r"\bC\b",
+        "memo_by_address": r"\bC\b",
     }),
 ]
 
@@ -232,17 +261,20 @@ def judge(eat_cache_dir, tmp_path_factory):
 
 
 def _evaluate(kit: Kit, behaviour: str, tmp_path_factory) -> Judged:
-    target = load_target(kit.path)
-    runner = runner_for(target)
-    reason = runner.unavailable()
-    if reason:
-        pytest.skip(f"kit {kit.name!r}: runner {runner.name!r} unavailable here: {reason}")
-    source = kit.source(behaviour)
-    workdir = tmp_path_factory.mktemp(f"{kit.name}-{behaviour}")
-    before = _descendants(_proc_table(), os.getpid())
-    t0 = time.monotonic()
-    ev = runner.evaluate(target, source, config=target.evaluation, workdir=workdir)
-    wall = time.monotonic() - t0
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in (kit.env() if kit.env else {}).items():
+            mp.setenv(name, value)
+        target = load_target(kit.path)
+        runner = runner_for(target)
+        reason = runner.unavailable(target)
+        if reason:
+            pytest.skip(f"kit {kit.name!r}: runner {runner.name!r} unavailable here: {reason}")
+        source = kit.source(behaviour)
+        workdir = tmp_path_factory.mktemp(f"{kit.name}-{behaviour}")
+        before = _descendants(_proc_table(), os.getpid())
+        t0 = time.monotonic()
+        ev = runner.evaluate(target, source, config=target.evaluation, workdir=workdir)
+        wall = time.monotonic() - t0
     return Judged(target=target, runner=runner, ev=ev, wall_s=wall,
                   leftovers=_leftovers(str(workdir), before))
 

@@ -1,0 +1,13 @@
+/* Plausible but wrong: the k loop stops one short, so every entry misses its last term. */
+#include <cstddef>
+
+extern "C" void matmul(const float *A, const float *B, float *C, int M, int N, int K)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K - 1; k++)
+                acc += A[(size_t)i * K + k] * B[(size_t)k * N + j];
+            C[(size_t)i * N + j] = acc;
+        }
+}
