@@ -136,6 +136,11 @@ class EvalConfig(_Strict):
     cpu_s: int = Field(120, ge=1, description="CPU-time limit per contained process.")
     memory_mb: int = Field(8192, ge=256, description="Address-space limit per process.")
     compile_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for compiling.")
+    allow_processes: bool = Field(
+        False, description="Python candidates may start processes: torch.compile and "
+        "torch.utils.cpp_extension build with them (Triton targets always may). Otherwise a "
+        "seccomp filter forbids it; allowed, a fork bomb is held only by RLIMIT_NPROC, which "
+        "root ignores: run eat in a container then.")
 
     @model_validator(mode="after")
     def _repeats_ordered(self) -> EvalConfig:

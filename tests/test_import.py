@@ -11,21 +11,21 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
+import torch  # the test extra installs it: importers are tested end to end on the CPU
+from conftest import QUICK_EVALUATION
 
-torch = pytest.importorskip("torch")
-
-from conftest import QUICK_EVALUATION  # noqa: E402
-
-from eat.errors import BadInput  # noqa: E402
-from eat.formats import flashinfer_bench  # noqa: E402
-from eat.formats.common import on_cpu  # noqa: E402
-from eat.formats.flashinfer_bench import import_flashinfer  # noqa: E402
-from eat.formats.gpumode import import_gpumode  # noqa: E402
-from eat.formats.kernelbench import import_kernelbench  # noqa: E402
-from eat.target import load_target  # noqa: E402
+from eat.errors import BadInput
+from eat.formats import flashinfer_bench
+from eat.formats.common import on_cpu
+from eat.formats.flashinfer_bench import import_flashinfer
+from eat.formats.gpumode import import_gpumode
+from eat.formats.kernelbench import import_kernelbench
+from eat.target import load_target
 
 ROOT = Path(__file__).parent.parent
 
@@ -597,8 +597,12 @@ def _evaluate(target_dir: Path, source: str) -> str:
 
 
 def _quick(target_dir: Path) -> Path:
-    with open(target_dir / "target.toml", "a") as f:
-        f.write(QUICK_EVALUATION)
+    """The imported target, its [evaluation] table merged with the tests' quick settings."""
+    file = target_dir / "target.toml"
+    data = tomllib.loads(file.read_text())
+    data["evaluation"] = data.get("evaluation", {}) | \
+        tomllib.loads(QUICK_EVALUATION)["evaluation"]
+    file.write_text(tomli_w.dumps(data))
     return target_dir
 
 

@@ -200,3 +200,19 @@ def test_gpu_python_target_without_a_gpu_is_one_line_exit_2(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: dps_scale needs the cuda runner: ")
     assert "CUDA" in lines[0] and done.stdout == ""
+
+
+@pytest.mark.slow
+def test_processes_are_refused_unless_the_target_allows_them(dps):
+    """The seccomp filter stops a candidate's child processes (a fork bomb, or a JIT compiler
+    such as cpp_extension's) unless [evaluation] allow_processes says otherwise."""
+    source = ("import subprocess\n\n"
+              "def scale(x, out):\n"
+              "    subprocess.run(['true'], check=True)\n"
+              "    out.copy_(x * 2)\n")
+    runner = runner_for(dps)
+    refused = runner.evaluate(dps, source)
+    assert refused.status == "crash" and "PermissionError" in refused.message
+    allowed = runner.evaluate(dps, source, config=dps.evaluation.model_copy(
+        update={"allow_processes": True}))
+    assert allowed.status == "ok", allowed.message

@@ -124,6 +124,9 @@ def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda")
         "baseline": {"file": "baseline.py"},
         "workloads": [params],
         "tolerance": TOLERANCE,
+        # KernelBench solutions build CUDA with torch.utils.cpp_extension.load_inline, which
+        # runs a compiler in child processes: the seccomp filter would refuse it.
+        "evaluation": {"allow_processes": True},
     }
     return write_target(out or Path.cwd() / name, src, _HEADER.format(src=src.name), target,
                         {"reference.py": reference, "baseline.py": baseline})

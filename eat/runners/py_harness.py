@@ -361,12 +361,15 @@ def main() -> None:
         ref_mod = _load_py(job["reference"]["file"], "reference")
         cases = [Case(job, params, be, ref_mod) for params in job["workloads"]]
         base_mod = _load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
-        if job.get("lock_down", True):
+        if job["lock_down"]:
             why = lock_down()
             if why and os.geteuid() == 0:
                 raise RuntimeError(f"cannot contain candidates as root: {why}")
             if why:
                 print(f"eat harness: {why}; relying on RLIMIT_NPROC", file=sys.stderr)
+        elif os.geteuid() == 0:
+            print("eat harness: candidates may start processes and this is root: nothing "
+                  "holds a fork bomb but the wall clock", file=sys.stderr)
         phase = "candidate"
         sys.path.insert(0, os.path.dirname(job["candidate"]))
         mod = _load_candidate(job["candidate"], job)

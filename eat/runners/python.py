@@ -66,9 +66,6 @@ class PythonRunner:
         self.framework = "mlx" if language == "mlx" else "torch"
         self.device_kind = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "mlx": "mlx"}[name]
         self.cpu = sorted(os.sched_getaffinity(0))[-1] if cpu is None else cpu
-        # JIT compilers (Triton, torch.compile, cpp_extension) start processes, which the
-        # seccomp filter forbids; on a GPU Python candidates run without it (see ARCHITECTURE).
-        self.lock_down = name in ("cpu", "mlx")
 
     def unavailable(self, target: Target | None = None) -> str | None:
         return _probe(self.name, self.framework, self.language == "triton")[0]
@@ -125,15 +122,17 @@ class PythonRunner:
                 "workloads": target.workloads, "tolerance": target.tolerance.model_dump(),
                 "config": cfg.model_dump(), "candidate": str(candidate),
                 "cpu": self.cpu if self.device_kind == "cpu" else None,
-                "lock_down": self.lock_down}
+                # Triton compiles with child processes (ptxas, a C compiler for its launcher).
+                "lock_down": not (cfg.allow_processes or self.language == "triton")}
 
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
         pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
         pythonpath = os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
-        # CUDA reserves far more address space than it uses: RLIMIT_AS would fail its start-up.
-        memory = cfg.memory_mb << 20 if self.device_kind != "cuda" else 1 << 46
         limits = sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
-                                address_space_bytes=memory, max_output_chars=64_000)
+                                address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
+        if self.device_kind == "cuda":
+            # CUDA reserves far more address space than it uses: RLIMIT_AS would fail its start.
+            limits.address_space_bytes, limits.data_bytes = None, cfg.memory_mb << 20
         extra = {"PYTHONPATH": pythonpath}
         for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
             if var in os.environ:

@@ -70,13 +70,21 @@ class Kit:
     # Makes what the kit's runner needs on this machine (e.g. a fake device runtime) and returns
     # environment variables, set around this kit's evaluations only.
     env: Callable[[], Mapping[str, str]] | None = None
+    # Another kit whose candidates run unchanged on this kit's runner (its target.toml points
+    # at that kit's reference and baseline).
+    borrows: str | None = None
 
     @property
     def path(self) -> Path:
         return KITS_DIR / self.name
 
+    @property
+    def sources(self) -> Path:
+        """Where its candidates are: its own folder, or the kit it borrows them from."""
+        return KITS_DIR / (self.borrows or self.name)
+
     def source(self, behaviour: str) -> str:
-        return (self.path / f"{behaviour}{self.suffix}").read_text()
+        return (self.sources / f"{behaviour}{self.suffix}").read_text()
 
 
 KITS: list[Kit] = [
@@ -105,6 +113,18 @@ KITS: list[Kit] = [
     }),
     Kit("mlx", ".py", messages={
         "syntax_error": r"line 1",
+        "segfault": r"SIGSEGV",
+        "infinite_loop": r"\blimit\b",
+        "writes_input": r"argument\[0\]",
+        "wrong": r"\boutput\b",
+        "one_shape": r"\boutput\b",
+        "constant": r"\boutput\b",
+        "stale_cache": r"\boutput\b",
+        "memo_by_address": r"\boutput\b",
+    }),
+    # The same PyTorch candidates on a CUDA (or ROCm) GPU; skipped, with the reason, without one.
+    Kit("torch_cuda", ".py", borrows="torch_cpu", messages={
+        "syntax_error": r"line 4",
         "segfault": r"SIGSEGV",
         "infinite_loop": r"\blimit\b",
         "writes_input": r"argument\[0\]",
@@ -291,7 +311,7 @@ def _describe(ev: Evaluation) -> str:
 def test_kit_is_complete(kit: Kit):
     """Every expected behaviour has a source, every source an expectation, the target loads."""
     target = load_target(kit.path)
-    sources = {p.name.removesuffix(kit.suffix) for p in kit.path.glob(f"*{kit.suffix}")}
+    sources = {p.name.removesuffix(kit.suffix) for p in kit.sources.glob(f"*{kit.suffix}")}
     sources.discard(Path(target.reference.file).stem)  # Python kits: reference.py is no candidate
     assert set(kit.expect) == sources
     assert set(EXPECT) <= set(kit.expect), "a kit may not drop a behaviour every runner is held to"
