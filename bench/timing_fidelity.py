@@ -1,12 +1,15 @@
-"""How faithful is the CPU runner's timing? Two figures, both from plain CpuRunner.evaluate calls.
+"""How faithful is a runner's timing? Two figures, both from plain Runner.evaluate calls, on the
+runner the target names (CPU, or CUDA/HIP on a machine with a GPU).
 
-(a) Repeatability: one candidate (the target's baseline at `-O3 -march=native`, in ikj order for
-    cpu_matmul) is evaluated --runs times; the coefficient of variation (stdev / mean) of the
-    reported median latency and of the reported speedup across runs says how far apart two
-    evaluations of the *same* code land. Differences between candidates smaller than this are
-    noise to the agents that compare them.
+(a) Repeatability: one candidate (the target's tuned.cu/.hip where it ships one; else its
+    baseline with faster flags, `-O3 -march=native` in ikj order for cpu_matmul) is evaluated
+    --runs times; the coefficient of variation (stdev / mean) of the reported median latency
+    and of the reported speedup across runs says how far apart two evaluations of the *same*
+    code land. Differences between candidates smaller than this are noise to the agents that
+    compare them.
 (b) Proportionality: the same candidate doing its whole computation once and twice (the entry
-    is wrapped in `for (rep = 0; rep < REPS; rep++)` with a compiler barrier between reps) is
+    is wrapped in `for (rep = 0; rep < REPS; rep++)` with a compiler barrier between reps; on a
+    GPU each rep launches its kernels again, after the previous ones in stream order) is
     evaluated alternately, so the latency ratio should be exactly 2; its error bounds how much
     fixed overhead or bias the harness adds to what it reports.
 
@@ -22,31 +25,42 @@ import sys
 import time
 from pathlib import Path
 
-from eat.runners.cpu import CpuRunner
+from eat.runners.base import Evaluation, Runner, runner_for
 from eat.target import Target, geomean, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
-FLAGS = "-O3 -march=native"
+FLAGS = {"cpu": "-O3 -march=native", "cuda": "-O3", "rocm": "-O3"}
 TUNING = {"LOOP_ORDER": "IKJ"}  # knob values set where the target declares them (cpu_matmul)
+TUNED_FILE = {"cuda": "tuned.cu", "hip": "tuned.hip"}
+
+
+def tuned_file(target: Target) -> Path | None:
+    """The tuned candidate the target folder ships, if any (the GPU examples do)."""
+    name = TUNED_FILE.get(target.language)
+    return target.root / name if name and (target.root / name).is_file() else None
 
 
 def tuned(target: Target) -> str:
-    """The baseline source with faster flags and, where declared, the knob values in TUNING."""
+    """The target's tuned file; else the baseline source with faster flags and, where
+    declared, the knob values in TUNING."""
+    if path := tuned_file(target):
+        return path.read_text()
     defines = "".join(f"#define {k} {v}\n" for k, v in TUNING.items()
                       if k in target.knobs and v in target.knobs[k].values)
-    return f"// eat:cflags {FLAGS}\n{defines}{target.baseline_source()}"
+    return f"// eat:cflags {FLAGS[target.runner]}\n{defines}{target.baseline_source()}"
 
 
 def repeated(target: Target, source: str, reps: int) -> str:
     """`source` with its entry renamed and wrapped so that a call does all its work `reps` times.
 
     The empty asm with a memory clobber sits between reps, so the compiler can neither merge
-    the calls nor drop the first one's stores.
+    the calls nor drop the first one's stores. CUDA and HIP entries are C++ with C linkage.
     """
     name, inner = target.entry.name, f"eat_once_{target.entry.name}"
     call_args = ", ".join(a.name for a in target.args)
+    linkage = 'extern "C" ' if target.language in TUNED_FILE else ""
     return (f"#define {name} {inner}\n{source}\n#undef {name}\n\n"
-            f"{target.entry.signature.strip().rstrip(';')}\n{{\n"
+            f"{linkage}{target.entry.signature.strip().rstrip(';')}\n{{\n"
             f"    for (int rep = 0; rep < {reps}; rep++) {{\n"
             f"        __asm__ volatile(\"\" ::: \"memory\");\n"
             f"        {inner}({call_args});\n    }}\n}}\n")
@@ -63,7 +77,7 @@ def latency_ratio(a, b, w: int | None = None) -> float:
                     for i in ws])
 
 
-def evaluate(runner: CpuRunner, target: Target, source: str, what: str):
+def evaluate(runner: Runner, target: Target, source: str, what: str) -> Evaluation:
     ev = runner.evaluate(target, source)
     if ev.status != "ok":
         sys.exit(f"{what}: status {ev.status}: {ev.message}")
@@ -77,9 +91,15 @@ def main() -> None:
     args = ap.parse_args()
     if args.runs < 2:
         ap.error("--runs must be at least 2 to measure a spread")
-    target, runner = load_target(args.target), CpuRunner()
+    target = load_target(args.target)
+    runner = runner_for(target)
+    if why := runner.unavailable(target):
+        sys.exit(f"{target.name} needs the {target.runner} runner: {why}")
     once, twice = repeated(target, tuned(target), 1), repeated(target, tuned(target), 2)
-    print(f"target {target.name}, {runner.device}, {args.runs} runs of each candidate")
+    print(f"target {target.name}, {getattr(runner, 'device', runner.name)}, {args.runs} runs of "
+          "each candidate")
+    if path := tuned_file(target):
+        print(f"candidate: {path.name}")
 
     # Both candidates alternately: the runs of `once` make (a); each run pairs with one of
     # `twice` for (b), so slow drift of the machine hits both sides of a ratio alike.
