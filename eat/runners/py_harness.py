@@ -9,16 +9,13 @@ device, copying, poisoning, synchronizing and timing.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import time
-import traceback
 
 import numpy as np
 
-from eat.runners.harness import Outcome, _CpuWatch, _load_py, _stat
-from eat.runners.sandbox import lock_down
+from eat.runners.harness import Outcome, _CpuWatch, _load_py, _stat, serve
 from eat.runners.verify import compare
 
 
@@ -348,43 +345,27 @@ def time_all(job: dict, cases: list[Case], mod, base_mod) -> dict:
             "extra_cpu_s": max(0.0, watch.extra_ns / 1e9)}
 
 
+def _setup(job: dict) -> tuple:
+    if job.get("cpu") is not None:
+        os.sched_setaffinity(0, {job["cpu"]})
+    be = (MlxBackend if job["framework"] == "mlx" else TorchBackend)(job["device"])
+    ref_mod = _load_py(job["reference"]["file"], "reference")
+    cases = [Case(job, params, be, ref_mod) for params in job["workloads"]]
+    base_mod = _load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
+    return cases, base_mod
+
+
+def _check(job: dict, state: tuple) -> dict:
+    cases, base_mod = state
+    sys.path.insert(0, os.path.dirname(job["candidate"]))
+    mod = _load_candidate(job["candidate"], job)
+    gc.disable()
+    return verify(job, cases, mod) if job["mode"] == "verify" else \
+        time_all(job, cases, mod, base_mod)
+
+
 def main() -> None:
-    job = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)  # whatever the candidate prints lands in the log, never in the result channel
-    phase = "setup"
-    try:
-        if job.get("cpu") is not None:
-            os.sched_setaffinity(0, {job["cpu"]})
-        be = (MlxBackend if job["framework"] == "mlx" else TorchBackend)(job["device"])
-        ref_mod = _load_py(job["reference"]["file"], "reference")
-        cases = [Case(job, params, be, ref_mod) for params in job["workloads"]]
-        base_mod = _load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
-        if job["lock_down"]:
-            why = lock_down()
-            if why and os.geteuid() == 0:
-                raise RuntimeError(f"cannot contain candidates as root: {why}")
-            if why:
-                print(f"eat harness: {why}; relying on RLIMIT_NPROC", file=sys.stderr)
-        elif os.geteuid() == 0:
-            print("eat harness: candidates may start processes and this is root: nothing "
-                  "holds a fork bomb but the wall clock", file=sys.stderr)
-        phase = "candidate"
-        sys.path.insert(0, os.path.dirname(job["candidate"]))
-        mod = _load_candidate(job["candidate"], job)
-        gc.disable()
-        result = verify(job, cases, mod) if job["mode"] == "verify" else \
-            time_all(job, cases, mod, base_mod)
-    except Outcome as o:
-        result = {"status": o.status, "message": o.message, "detail": o.detail}
-    except Exception:
-        tb = traceback.format_exc(limit=6)
-        status = "harness_error" if phase == "setup" else "crash"
-        result = {"status": status, "message": tb.strip().splitlines()[-1][:300],
-                  "detail": {"traceback": tb[-3000:]}}
-    os.write(result_fd, f"EAT-RESULT {job['nonce']} {json.dumps(result)}\n".encode())
-    os.close(result_fd)
+    serve(_setup, _check)
 
 
 if __name__ == "__main__":
