@@ -69,3 +69,17 @@ def test_doctor_reports_peaks_as_json():
     report = json.loads(done.stdout)
     assert report["cores"] >= 1 and report["peak_gflops_1core"] > 0
     assert report["peak_gbps_1core"] > 0
+
+
+@pytest.mark.parametrize("example", ["cuda_matmul", "rocm_softmax"])
+def test_start_on_a_gpu_target_without_the_gpu_is_one_line_and_writes_nothing(tmp_path,
+                                                                              example):
+    """The machines that run the tests have no GPU: the run must not begin (no workspace)."""
+    from eat.runners.base import runner_for
+    from eat.target import load_target
+
+    if runner_for(load_target(ROOT / "examples" / example)).unavailable() is None:
+        pytest.skip(f"this machine can run {example}")
+    done = eat("start", str(ROOT / "examples" / example), "--workspace", str(tmp_path / "ws"))
+    _one_line_error(done, example, "needs the")
+    assert not (tmp_path / "ws").exists()
