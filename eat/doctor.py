@@ -352,13 +352,17 @@ def gpu_peaks(measure: bool = True, refresh: bool = False) -> tuple[Peaks | None
     return peaks, None
 
 
-def _version(cmd: list[str]) -> str | None:
+def _version(cmd: list[str], env: dict[str, str] | None = None,
+             mark: str | None = None) -> str | None:
+    """The tool's version line: the first with `mark` in it, else its last line."""
     if not shutil.which(cmd[0]):
         return None
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                             env=os.environ | (env or {}))
         lines = (out.stdout or out.stderr).strip().splitlines()
-        return lines[-1].strip() if lines else "present"
+        marked = [line for line in lines if mark and mark in line]
+        return (marked or lines or ["present"])[0 if marked else -1].strip()
     except (OSError, subprocess.TimeoutExpired):
         return "present, but failed to run"
 
@@ -384,7 +388,8 @@ def machine_report(refresh: bool = False) -> dict:
         "nvcc": _version(["nvcc", "--version"]),
         "nvidia_gpu": ", ".join(g["name"] for g in gpus) or None,
         "gpu_driver": gpus[0]["driver"] if gpus else None,
-        "hipcc": _version(["hipcc", "--version"]),
+        # hipcc builds for NVIDIA (and prints nvcc's version) when it finds nvcc, unless told.
+        "hipcc": _version(["hipcc", "--version"], {"HIP_PLATFORM": "amd"}, "HIP version"),
         "extras": {name: importlib.util.find_spec(name) is not None
                    for name in ("torch", "triton", "ray", "mlx")},
         "peak_gflops_1core": peaks and round(peaks.gflops, 1),
