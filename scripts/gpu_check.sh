@@ -127,13 +127,14 @@ fi
 for example in examples/cuda_*/; do
     example=${example%/}
     name=${example#examples/}
-    baseline=$(sed -n 's/^file *= *"\(.*\.cu\)"$/\1/p' "$example/target.toml" | head -1 || true)
-    for candidate in "$baseline" tuned.cu; do
+    baseline=$(sed -n 's/^file *= *"\(baseline\.[a-z]*\)"$/\1/p' "$example/target.toml" |
+        head -1 || true)
+    for candidate in "$baseline" tuned.cu tuned.py; do
         [[ -n $candidate && -f $example/$candidate ]] || continue
         step "eval $name/$candidate" 100 --quiet "${EAT[@]}" eval "$example" \
             "$example/$candidate" --json || true
         FIGURES[-1]=$(eval_figures "$STEP_LOG" || true)
-        if [[ $candidate == tuned.cu && ${RESULTS[-1]} == PASS ]]; then
+        if [[ $candidate == tuned.* && ${RESULTS[-1]} == PASS ]]; then
             "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["speedup"] <= 1)' \
                 "$STEP_LOG" || fail "not faster than the baseline"
         fi

@@ -27,8 +27,9 @@ from eat.target import Target, eval_expr, load_target
 
 TESTS = Path(__file__).resolve().parent
 EXAMPLES_DIR = TESTS.parent / "examples"
+# The examples in CUDA C++ and HIP (cuda_triton_softmax has tests/test_triton_example.py).
 GPU_EXAMPLES = sorted(p.parent for p in EXAMPLES_DIR.glob("*/target.toml")
-                      if re.search(r'^runner\s*=\s*"(cuda|rocm)"', p.read_text(), re.M))
+                      if re.search(r'^language\s*=\s*"(cuda|hip)"', p.read_text(), re.M))
 CUDA = [p for p in GPU_EXAMPLES if p.name.startswith("cuda_")]
 HIP = [p for p in GPU_EXAMPLES if p.name.startswith("rocm_")]
 SUFFIX = {"cuda": ".cu", "hip": ".hip"}
