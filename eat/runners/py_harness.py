@@ -36,8 +36,18 @@ class TorchBackend:
             props = torch.cuda.get_device_properties(self.device)
             l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
             self.flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
+            self._reset_persisting_l2("hip" if torch.version.hip else "cuda")
         else:
             torch.set_num_threads(1)
+
+    @staticmethod
+    def _reset_persisting_l2(kind: str) -> None:
+        """Lines an earlier process pinned in L2 would favour whoever touches them first."""
+        from eat.runners.gpurt import GpuError, Runtime
+        try:
+            Runtime(kind).reset_persisting_l2()
+        except (GpuError, OSError):
+            pass  # older runtimes and HIP have no persisting L2
 
     def is_array(self, x) -> bool:
         return isinstance(x, self.torch.Tensor)
