@@ -96,7 +96,8 @@ class PythonRunner:
             res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
             if res["status"] == "ok":
-                with device_lock(self.name):
+                # The GPU runner's slot for device 0 (the one torch uses): one timing per GPU.
+                with device_lock(self.name if self.name in ("cpu", "mlx") else f"{self.name}0"):
                     t0 = time.monotonic()
                     res, run = self._harness(job | {
                         "mode": "time", "baseline": str(target.path(target.baseline.file)
