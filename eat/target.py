@@ -247,6 +247,11 @@ class Target(_Strict):
         return self.language in NATIVE
 
     @property
+    def fence(self) -> str:
+        """The code-fence tag for its sources in prompts and replies."""
+        return self.language if self.native else "python"
+
+    @property
     def args(self) -> list[Arg]:
         if not self.native:
             return []

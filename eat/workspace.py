@@ -32,13 +32,13 @@ GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tm
                "/.best.old/"]
 
 
-SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "python": "candidate.py",
-                "triton": "candidate.py", "hip": "candidate.hip", "mlx": "candidate.py"}
+SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "hip": "candidate.hip",
+                "pytorch": "candidate.py", "triton": "candidate.py", "mlx": "candidate.py"}
 
 
 def source_name(language: str) -> str:
     """The file name of a candidate's source in its folder."""
-    return SOURCE_NAMES.get(language, "candidate.txt")
+    return SOURCE_NAMES[language]
 
 
 class Paths:

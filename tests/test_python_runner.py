@@ -216,3 +216,44 @@ def test_processes_are_refused_unless_the_target_allows_them(dps):
     allowed = runner.evaluate(dps, source, config=dps.evaluation.model_copy(
         update={"allow_processes": True}))
     assert allowed.status == "ok", allowed.message
+
+
+def test_every_language_has_a_source_file_name():
+    from eat.target import LANGUAGES
+    from eat.workspace import source_name
+
+    names = {lang: source_name(lang) for langs in LANGUAGES.values() for lang in langs}
+    assert names["pytorch"] == names["triton"] == names["mlx"] == "candidate.py"
+    assert names["c"] == "candidate.c" and names["cuda"] == "candidate.cu"
+
+
+@pytest.mark.slow
+def test_an_llm_team_writes_python_candidates(dps, tmp_path, llm_server):
+    """A scripted model (a real HTTP server on 127.0.0.1) sees a Python prompt and its fenced
+    Python file is evaluated by the Python runner and kept as candidate.py."""
+    import json
+
+    from llm_server import Reply
+
+    from eat.run import run_status, start_run
+
+    plan = {"ideas": [{"idea": "multiply into out", "expected_gain": 1.2}]}
+    fast = "import torch\n\ndef scale(x, out):\n    torch.mul(x, 2, out=out)\n"
+
+    def answer(req):
+        if "# Plan the next ideas" in json.dumps(req["messages"]):
+            return Reply(json.dumps(plan))
+        return Reply(f"Multiply straight into out.\n\n```python\n{fast}```\n")
+
+    llm_server.default = answer
+    ws, reason = start_run(dps.root, tmp_path / "ws", model="openai/eat-test-model",
+                           api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
+                           repairs=0, llm_backoff_s=0, llm_timeout_s=10, sleep=lambda s: None)
+    assert reason.startswith("evaluation budget reached")
+    assert run_status(ws)["best_candidate"] == "c0001"
+    kept = next((ws / "teams").glob("*/candidates/c0001/candidate.py"))
+    assert kept.read_text() == fast
+    coder = [r for r in llm_server.requests if "# Plan the next ideas" not in
+             json.dumps(r.messages)][0]
+    prompt = json.dumps(coder.messages)
+    assert "function `scale`" in prompt and "```python" in prompt

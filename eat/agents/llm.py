@@ -124,7 +124,7 @@ class LLMAgent:
             plan = [p.model_dump() | {"tried": None} for p in new_plan or []]
         item = next((i for i, p in enumerate(plan) if not p["tried"]), None)
         changing = render("coder.md.j2", team=team, role="coder", recent=recent,
-                          language=self.target.language,
+                          language=self.target.fence,
                           idea=plan[item]["idea"] if item is not None else None,
                           parent=parent and {"cid": parent.cid, "source": source,
                                              "summary": f"{parent.estimate:.2f}x"})
@@ -157,7 +157,7 @@ class LLMAgent:
 
     def repair(self, team: Team, state: RunState, failed: Candidate, log: str) -> Proposal:
         changing = render("debugger.md.j2", team=team, role="debugger",
-                          language=self.target.language, failed={
+                          language=self.target.fence, failed={
                               "cid": failed.cid, "idea": failed.idea, "status": failed.status,
                               "message": failed.message, "log": log[-3000:],
                               "source": self.source_of(failed)})
