@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from eat.errors import BadInput, EatError
+from eat.runners.sandbox import Completed
 from eat.target import LANGUAGES, NATIVE, EvalConfig, Target, geomean
 
 Status = Literal["ok", "compile_error", "incorrect", "timeout", "crash", "rejected"]
@@ -124,7 +125,7 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
     return out
 
 
-def read_result(job: dict, run, cfg: EvalConfig) -> dict:
+def read_result(job: dict, run: Completed, cfg: EvalConfig) -> dict:
     """The harness's tagged result line, or the status its end implies (timeout, crash)."""
     tag = f"EAT-RESULT {job['nonce']} "
     for line in run.stdout.splitlines():
