@@ -2,8 +2,9 @@
 
 Same protocol as harness.py (JSON job on stdin, one nonce-tagged result line on a private copy
 of stdout). Inputs and expected outputs come from the reference before the candidate is
-imported. A `Backend` hides the framework (torch on a CPU or GPU, MLX): moving arguments to the
-device, copying, poisoning, synchronizing and timing.
+imported; harness.verify and harness.time_all judge and time it, a Case standing for a Workload
+and the backend for the timer. A backend hides the framework (torch on a CPU or GPU, MLX):
+moving arguments to the device, copying, poisoning, synchronizing and timing.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import gc
 import os
 import sys
 import time
+from functools import partial
 
 import numpy as np
 
-from eat.runners.harness import Outcome, _CpuWatch, _load_py, _stat, serve
-from eat.runners.verify import compare
+from eat.runners.harness import Outcome, _load_py, serve, time_all, verify
+from eat.runners.verify import compare, poison
 
 
 class TorchBackend:
@@ -91,21 +93,24 @@ class TorchBackend:
         if self.gpu:
             self.flush_buf.zero_()
 
-    def timed(self, fn, args) -> tuple[float, object]:
+    def materialize(self, out) -> None:
+        pass  # torch runs eagerly
+
+    def time(self, call) -> float:
         if not self.gpu:
             t0 = time.perf_counter_ns()
-            out = fn(*args)
-            return (time.perf_counter_ns() - t0) / 1e9, out
+            call()
+            return (time.perf_counter_ns() - t0) / 1e9
         cuda = self.torch.cuda
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         cuda.synchronize()
         start.record()
-        out = fn(*args)
+        call()
         # Device-wide: work a candidate put on a side stream finishes inside the timed window.
         cuda.synchronize()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3, out
+        return start.elapsed_time(end) / 1e3
 
 
 class MlxBackend:
@@ -134,8 +139,7 @@ class MlxBackend:
         np.asarray(dst)[...] = np.asarray(src)
 
     def poison(self, x) -> None:
-        view = np.asarray(x)
-        view.fill(np.nan) if view.dtype.kind in "fc" else view.view(np.uint8).fill(0x5A)
+        poison(np.asarray(x))
 
     def numpy(self, x) -> np.ndarray:
         if x.dtype in (self.mx.bfloat16, self.mx.float16):
@@ -155,13 +159,14 @@ class MlxBackend:
     def flush(self) -> None:
         pass
 
-    def timed(self, fn, args) -> tuple[float, object]:
-        mx = self.mx
+    def materialize(self, out) -> None:
+        self.mx.eval([a for _, a in _leaves(out, self.is_array)])
+
+    def time(self, call) -> float:
         t0 = time.perf_counter_ns()
-        out = fn(*args)
-        mx.eval([a for _, a in _leaves(out, self.is_array)])
-        mx.synchronize()
-        return (time.perf_counter_ns() - t0) / 1e9, out
+        call()  # Case.run: the call and the evaluation of its outputs
+        self.mx.synchronize()
+        return (time.perf_counter_ns() - t0) / 1e9
 
 
 def _leaves(value, is_array, label: str = "output") -> list[tuple[str, object]]:
@@ -189,10 +194,16 @@ def _map(value, fn):
 
 class Case:
     """One workload: its argument sets (one per seed), what the reference made of each, and one
-    set of argument objects every call goes through (so results cannot be keyed on them)."""
+    set of argument objects every call goes through (so results cannot be keyed on them).
+
+    It is a harness.Workload to harness.verify and harness.time_all: the "function" they pass
+    is a module (the candidate's or the baseline's), whose entry Case.bind finds or builds.
+    """
 
     def __init__(self, job: dict, params: dict, be, ref_mod):
-        self.be, self.params = be, params
+        self.be, self.params, self.job = be, params, job
+        self.out = None  # what the last call returned
+        self._bound: dict[int, object] = {}
         self.label = ", ".join(f"{k}={v}" for k, v in params.items()) or "default workload"
         ref = job["reference"]
         self.init_args = (getattr(ref_mod, ref["init_inputs"])(**params)
@@ -241,19 +252,51 @@ class Case:
         """Where each array argument sits in the call, e.g. argument[0][1]."""
         return [lbl for lbl, _ in _leaves(self.args, self.be.is_array, "argument")]
 
-    def outputs(self, out) -> list[tuple[str, np.ndarray]]:
-        got = [(lbl, self.be.numpy(a)) for lbl, a in _leaves(out, self.be.is_array)]
+    def bind(self, mod):
+        """The module's entry for this workload: its function, or its class built like the
+        reference's (`kind = "module"`), once per module."""
+        if id(mod) not in self._bound:
+            entry = getattr(mod, self.job["entry"])
+            self._bound[id(mod)] = (self.be.build(entry, self.init_args)
+                                    if self.job["kind"] == "module" else entry)
+        return self._bound[id(mod)]
+
+    def run(self, mod) -> None:
+        """Call the module's entry on the loaded set; its outputs are ready when this returns."""
+        self.out = self.bind(mod)(*self.args)
+        self.be.materialize(self.out)
+
+    def call(self, mod) -> float:
+        """run() and wait for the device; seconds until then."""
+        t0 = time.perf_counter()
+        self.run(mod)
+        self.be.sync()
+        return time.perf_counter() - t0
+
+    def outputs(self) -> list[tuple[str, np.ndarray]]:
+        """What the last call gave: its returned arrays, then the destination arguments."""
+        got = [(lbl, self.be.numpy(a)) for lbl, a in _leaves(self.out, self.be.is_array)]
         got += [(self.labels()[k], self.be.numpy(self.leaves[k])) for k in self.dest]
         return got
 
-    def check(self, i: int, out, tol: dict, when: str) -> list[tuple[str, np.ndarray]]:
-        """Raise an Outcome unless the inputs are unchanged and the outputs match set `i`."""
+    def read_outputs(self) -> dict[str, np.ndarray]:
+        self.be.sync()  # waits for anything launched since the call
+        return dict(self.outputs())
+
+    def output_label(self, key: str) -> str:
+        return key  # already says where it sits: output[0], argument[1]
+
+    def check_inputs(self, i: int, when: str) -> None:
+        """Raise an Outcome unless every non-destination argument still holds set `i`."""
         for k, (a, saved) in enumerate(zip(self.leaves, self.sets[i]["inputs"])):
             if k not in self.dest and not np.array_equal(self.be.numpy(a), saved,
                                                          equal_nan=True):
                 raise Outcome("rejected", f"the candidate modified its input {self.labels()[k]} "
                               f"({when}, {self.label})", workload=self.params)
-        got = self.outputs(out)
+
+    def check_outputs(self, i: int, tol: dict, when: str) -> None:
+        """Raise an Outcome unless the last call's outputs match set `i`'s."""
+        got = self.outputs()
         want = self.sets[i]["expected"]
         if [lbl for lbl, _ in got] != [lbl for lbl, _ in want]:
             names = lambda arrays: ", ".join(lbl for lbl, _ in arrays) or "nothing"  # noqa: E731
@@ -269,13 +312,6 @@ class Case:
                 raise Outcome("incorrect", f"{lbl} wrong ({when}, {self.label}): "
                               f"{bad.summary}", workload=self.params, output=lbl,
                               **bad.as_dict())
-        return got
-
-
-def _callable(mod, job: dict, case: Case):
-    if job["kind"] == "module":
-        return case.be.build(getattr(mod, job["entry"]), case.init_args)
-    return getattr(mod, job["entry"])
 
 
 def _load_candidate(path: str, job: dict):
@@ -287,72 +323,6 @@ def _load_candidate(path: str, job: dict):
     if not hasattr(mod, job["entry"]):
         raise Outcome("compile_error", f"the candidate does not define {job['entry']}")
     return mod
-
-
-def verify(job: dict, cases: list[Case], mod) -> dict:
-    tol = job["tolerance"]
-    for case in cases:
-        fn = _callable(mod, job, case)
-        for i in range(len(case.sets)):
-            case.load(i)
-            t0 = time.perf_counter()
-            out = fn(*case.args)
-            case.be.sync()
-            took = time.perf_counter() - t0
-            got = case.check(i, out, tol, f"seed {i}")
-            # Work finishing after the call returned (a detached thread) shows up as a change.
-            time.sleep(min(0.02, max(0.002, 2 * took)))
-            case.be.sync()
-            for (lbl, before), (_, now) in zip(got, case.outputs(out)):
-                if not np.array_equal(before, now, equal_nan=True):
-                    raise Outcome("rejected", f"{lbl} kept changing after the call returned "
-                                  f"({case.label}): work escaped the call",
-                                  workload=case.params)
-    return {"status": "ok", "message": "verified"}
-
-
-def time_all(job: dict, cases: list[Case], mod, base_mod) -> dict:
-    cfg, tol = job["config"], job["tolerance"]
-    watch = _CpuWatch()
-    results = []
-    for case in cases:
-        fns = {"candidate": _callable(mod, job, case), "baseline": _callable(base_mod, job, case)}
-        kinds = list(fns)
-        samples = {k: [] for k in kinds}
-
-        def run(kind: str, i: int) -> float:
-            case.load(i)
-            case.be.flush()
-            case.be.sync()
-            if kind == "candidate":
-                took, out = case.be.timed(fns[kind], case.args)
-                case.check(i, out, tol, f"timed call {len(samples[kind])}")
-            elif case.be.own_thread:
-                with watch:
-                    took, _ = case.be.timed(fns[kind], case.args)
-            else:
-                took, _ = case.be.timed(fns[kind], case.args)
-            return took
-
-        for r in range(cfg["warmup"]):
-            for kind in kinds:
-                run(kind, r % len(case.sets))
-        start, r = time.perf_counter(), 0
-        while r < cfg["max_repeats"]:
-            if r >= cfg["min_repeats"] and time.perf_counter() - start > cfg["budget_s"]:
-                break
-            # Rotating the order keeps drift and cache state from favouring one implementation.
-            for kind in kinds[r % 2:] + kinds[:r % 2]:
-                samples[kind].append(run(kind, r % len(case.sets)))
-            r += 1
-        results.append({k: _stat(v) for k, v in samples.items()})
-        with watch:  # an idle window: nothing of ours runs in it
-            time.sleep(0.02)
-    if watch.extra_ns > 5_000_000 + 0.05 * watch.wall_ns:
-        raise Outcome("rejected", f"background threads used {watch.extra_ns / 1e6:.1f} ms of CPU "
-                      "while the candidate was not running", extra_cpu_s=watch.extra_ns / 1e9)
-    return {"status": "ok", "message": "timed", "workloads": results,
-            "extra_cpu_s": max(0.0, watch.extra_ns / 1e9)}
 
 
 def _setup(job: dict) -> tuple:
@@ -370,8 +340,12 @@ def _check(job: dict, state: tuple) -> dict:
     sys.path.insert(0, os.path.dirname(job["candidate"]))
     mod = _load_candidate(job["candidate"], job)
     gc.disable()
-    return verify(job, cases, mod) if job["mode"] == "verify" else \
-        time_all(job, cases, mod, base_mod)
+    if job["mode"] == "verify":
+        return verify(job, cases, mod)
+    impls = {"candidate": lambda case: partial(case.run, mod),
+             "baseline": lambda case: partial(case.run, base_mod)}
+    be = cases[0].be
+    return time_all(job, cases, impls, be, watch_others=be.own_thread)
 
 
 def main() -> None:
