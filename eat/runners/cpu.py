@@ -17,10 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
+from functools import lru_cache
 from pathlib import Path
 
 import eat
-from functools import lru_cache
 from eat.cache import builds_dir, device_lock
 from eat.runners import sandbox
 from eat.runners.base import (Evaluation, HarnessError, Peaks, read_result, source_hash,
@@ -56,7 +57,7 @@ def _first_error(log: str) -> str:
     return (log.strip().splitlines() or ["compiler failed"])[0][:300]
 
 
-class NativeRunner:
+class NativeRunner(ABC):
     """Build -> verify -> time for candidates compiled into a shared library (C, CUDA, HIP).
 
     A subclass says how its compiler is called, which flags a candidate may ask for, which
@@ -71,14 +72,16 @@ class NativeRunner:
     lock_down = True
 
     @property
+    @abstractmethod
     def device(self) -> str:
-        raise NotImplementedError
+        """The device candidates run on, for reports (part of the baseline's cache key)."""
 
     def flags(self, source: str, default: str) -> tuple[list[str], str | None]:
         return candidate_cflags(source, default)
 
+    @abstractmethod
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
-        raise NotImplementedError
+        """The command that builds `src` into src.with_suffix('.so')."""
 
     def child_env(self) -> dict[str, str]:
         """Variables the compiler and the harness need beyond sandbox.clean_env's."""

@@ -20,11 +20,10 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-import eat
 from eat.cache import device_lock
 from eat.runners import sandbox
 from eat.runners.base import Evaluation, Peaks, read_result, source_hash, summarize
-from eat.runners.cpu import cpu_model
+from eat.runners.cpu import cpu_model, eat_pythonpath
 from eat.target import EvalConfig, Target
 
 # What each (runner, framework) needs, checked in a child so this process never imports torch.
@@ -127,14 +126,12 @@ class PythonRunner:
                 "lock_down": not (cfg.allow_processes or self.language == "triton")}
 
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
-        pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
-        pythonpath = os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
         limits = sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
                                 address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
         if self.device_kind == "cuda":
             # CUDA reserves far more address space than it uses: RLIMIT_AS would fail its start.
             limits.address_space_bytes, limits.data_bytes = None, cfg.memory_mb << 20
-        extra = {"PYTHONPATH": pythonpath}
+        extra = {"PYTHONPATH": eat_pythonpath()}
         for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
             if var in os.environ:
                 extra[var] = os.environ[var]
