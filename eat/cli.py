@@ -15,7 +15,7 @@ import typer
 from rich.console import Console, Group
 from rich.table import Table
 
-from eat.errors import BadInput, EatError, RunnerUnavailable
+from eat.errors import BadInput, EatError, RunnerUnavailable, read_file
 
 # No locals in tracebacks: they may hold keys.
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
@@ -38,15 +38,6 @@ def _reports_errors(fn):
     return wrapper
 
 
-def _read_file(path: Path) -> str:
-    if not path.is_file():
-        raise BadInput(f"{path}: file not found")
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: cannot read: {e}") from None
-
-
 def evaluate_file(target_dir: Path, candidate: Path):
     """Evaluate one candidate file against a target with this machine's runner."""
     from eat.doctor import load_peaks
@@ -54,7 +45,7 @@ def evaluate_file(target_dir: Path, candidate: Path):
     from eat.target import load_target
 
     target = load_target(target_dir)
-    source = _read_file(candidate)
+    source = read_file(candidate)
     runner = runner_for(target, peaks=load_peaks(target.runner))
     why = runner.unavailable(target)
     if why:

@@ -17,6 +17,19 @@ class BadInput(EatError):
     exit_code = 2
 
 
+def read_file(path) -> str:
+    """The text of a file the user named; BadInput saying why when it cannot be read."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: file not found")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path}: cannot read: {e}") from None
+
+
 class TargetError(BadInput):
     """A target folder or its target.toml is missing or malformed."""
 

@@ -1,4 +1,4 @@
-"""What the importers share: reading their sources, CPU device names, writing the target folder."""
+"""What the importers share: parsing their sources, CPU device names, writing the target folder."""
 
 from __future__ import annotations
 
@@ -14,23 +14,15 @@ from pathlib import Path
 import tomli_w
 
 from eat.errors import BadInput, TargetError
+from eat.target import LANGUAGES, TARGET_FILE, load_target
 
-RUNNERS = ("cuda", "rocm", "cpu")
+# The runners that take PyTorch candidates: cuda, rocm and cpu.
+RUNNERS = tuple(r for r, languages in LANGUAGES.items() if "pytorch" in languages)
 
 
 def check_runner(runner: str) -> None:
     if runner not in RUNNERS:
         raise BadInput(f"--runner {runner!r}: imported targets run on one of {', '.join(RUNNERS)}")
-
-
-def read_text(path: Path) -> str:
-    path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"{path}: file not found")
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: cannot read: {e}") from None
 
 
 def parse_python(source: str, path: Path) -> ast.Module:
@@ -106,8 +98,6 @@ def write_target(out: Path, origin: Path, header: str, target: dict, files: dict
     built in a temporary sibling, checked with load_target, then renamed into place, so `out`
     is either complete or absent.
     """
-    from eat.target import TARGET_FILE, load_target
-
     out = Path(out)
     if out.is_symlink() or out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"{out}: already exists and is not an empty folder; choose another --out")

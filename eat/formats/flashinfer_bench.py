@@ -15,8 +15,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-from eat.errors import BadInput
-from eat.formats.common import (check_runner, on_cpu, parse_python, read_text, require_free,
+from eat.errors import BadInput, read_file
+from eat.formats.common import (check_runner, on_cpu, parse_python, require_free,
                                 safe_name, top_level_names, write_target)
 
 # dtype -> (bytes per element, safetensors' name for it).
@@ -127,7 +127,7 @@ workload fixes); add workloads with other axis values to try other sizes."""
 
 def _load_json(path: Path) -> object:
     try:
-        return json.loads(read_text(path))
+        return json.loads(read_file(path))
     except json.JSONDecodeError as e:
         raise BadInput(f"{path}: not valid JSON: {e}") from None
 
@@ -215,7 +215,7 @@ def _workloads(path: Path, definition: str, axes: dict, inputs: dict
     workloads: list[dict] = []
     fixed: list[dict] = []
     data: dict[str, Path] = {}
-    lines = read_text(path).splitlines()
+    lines = read_file(path).splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from eat.errors import BadInput
-from eat.formats.common import (check_runner, on_cpu, parse_python, read_text, safe_name,
+from eat.errors import BadInput, read_file
+from eat.formats.common import (check_runner, on_cpu, parse_python, safe_name,
                                 top_level_names, write_target)
 
 # Files the importer writes next to the task's own.
@@ -118,7 +118,7 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
     if not yml.is_file():
         raise BadInput(f"{task_dir}: no task.yml: not a GPU MODE task folder")
     try:
-        spec = yaml.safe_load(read_text(yml))
+        spec = yaml.safe_load(read_file(yml))
     except yaml.YAMLError as e:
         raise BadInput(f"{yml}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(spec, dict):
@@ -151,7 +151,7 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
     if "reference.py" not in copies:
         raise BadInput(f"{yml}: files: no reference.py")
 
-    ref_tree = parse_python(read_text(copies["reference.py"]), copies["reference.py"])
+    ref_tree = parse_python(read_file(copies["reference.py"]), copies["reference.py"])
     missing = [n for n in ("generate_input", "ref_kernel") if n not in top_level_names(ref_tree)]
     if missing:
         raise BadInput(f"{copies['reference.py']}: no {', '.join(missing)}")
@@ -163,7 +163,7 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
 
     sources = {}  # every file is copied as text, so --runner cpu can rename devices
     for rel, path in copies.items():
-        text = read_text(path)
+        text = read_file(path)
         if rel.endswith(".py"):
             parse_python(text, path)
             if runner == "cpu":
@@ -175,7 +175,7 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
     sample = task_dir / "submission.py"
     baseline = _FALLBACK_BASELINE.format(name=name)
     if sample.is_file():
-        text = read_text(sample)
+        text = read_file(sample)
         if "custom_kernel" in top_level_names(parse_python(text, sample)):
             baseline = on_cpu(text) if runner == "cpu" else text
     description = str(spec.get("description") or "").strip()

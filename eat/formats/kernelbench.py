@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from eat.errors import BadInput
-from eat.formats.common import (check_runner, on_cpu, parse_python, read_text, require_free,
+from eat.errors import BadInput, read_file
+from eat.formats.common import (check_runner, on_cpu, parse_python, require_free,
                                 safe_name, top_level_names, write_target)
 
 # KernelBench's own check: torch.allclose(atol=1e-2, rtol=1e-2).
@@ -77,7 +77,7 @@ def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda")
     """Write a target folder for the KernelBench problem file `src`; returns the folder."""
     check_runner(runner)
     src = Path(src)
-    source = read_text(src)
+    source = read_file(src)
     tree = parse_python(source, src)
     if runner == "cpu":  # before the assignments are taken: they are re-run as written
         source = on_cpu(source)
