@@ -87,78 +87,43 @@ class Kit:
         return (self.sources / f"{behaviour}{self.suffix}").read_text()
 
 
+# How a kit's messages name things: the C-like kits name arguments by their signature (A, C),
+# the Python ones by where they sit in the call (argument[0]) or as the returned output.
+C_MESSAGES = {
+    "syntax_error": r"error\b.*accumulator",  # the compiler names the undeclared identifier
+    "segfault": r"SIGSEGV",
+    "infinite_loop": r"\blimit\b",
+    "writes_input": r"\bA\b",  # the input it modified
+    "wrong": r"\bC\b",  # the output that is wrong
+    "one_shape": r"\bC\b",
+    "constant": r"\bC\b",
+    "stale_cache": r"\bC\b",
+    "memo_by_address": r"\bC\b",
+}
+PY_MESSAGES = C_MESSAGES | {
+    "syntax_error": r"line 4",  # the line of the missing colon
+    "writes_input": r"argument\[0\]",  # A
+    "wrong": r"\boutput\b",
+    "one_shape": r"\boutput\b",
+    "constant": r"\boutput\b",
+    "stale_cache": r"\boutput\b",
+    "memo_by_address": r"\boutput\b",
+}
+
 KITS: list[Kit] = [
-    Kit("cpu", ".c", messages={
-        "syntax_error": r"error\b.*accumulator",  # gcc names the undeclared identifier
-        "segfault": r"SIGSEGV",
-        "infinite_loop": r"\blimit\b",
-        "writes_input": r"\bA\b",  # the input it modified
-        "wrong": r"\bC\b",  # the output that is wrong
-        "one_shape": r"\bC\b",
-        "constant": r"\bC\b",
-        "stale_cache": r"\bC\b",
-        "memo_by_address": r"\bC\b",
-    }),
+    Kit("cpu", ".c", messages=C_MESSAGES),
     # Python candidates: the same matmul, returning C instead of writing it.
-    Kit("torch_cpu", ".py", messages={
-        "syntax_error": r"line 4",
-        "segfault": r"SIGSEGV",
-        "infinite_loop": r"\blimit\b",
-        "writes_input": r"argument\[0\]",  # A
-        "wrong": r"\boutput\b",
-        "one_shape": r"\boutput\b",
-        "constant": r"\boutput\b",
-        "stale_cache": r"\boutput\b",
-        "memo_by_address": r"\boutput\b",
-    }),
-    Kit("mlx", ".py", messages={
-        "syntax_error": r"line 1",
-        "segfault": r"SIGSEGV",
-        "infinite_loop": r"\blimit\b",
-        "writes_input": r"argument\[0\]",
-        "wrong": r"\boutput\b",
-        "one_shape": r"\boutput\b",
-        "constant": r"\boutput\b",
-        "stale_cache": r"\boutput\b",
-        "memo_by_address": r"\boutput\b",
-    }),
+    Kit("torch_cpu", ".py", messages=PY_MESSAGES),
+    Kit("mlx", ".py", messages=PY_MESSAGES | {"syntax_error": r"line 1"}),
     # The same PyTorch candidates on a CUDA (or ROCm) GPU; skipped, with the reason, without one.
-    Kit("torch_cuda", ".py", borrows="torch_cpu", messages={
-        "syntax_error": r"line 4",
-        "segfault": r"SIGSEGV",
-        "infinite_loop": r"\blimit\b",
-        "writes_input": r"argument\[0\]",
-        "wrong": r"\boutput\b",
-        "one_shape": r"\boutput\b",
-        "constant": r"\boutput\b",
-        "stale_cache": r"\boutput\b",
-        "memo_by_address": r"\boutput\b",
-    }),
+    Kit("torch_cuda", ".py", borrows="torch_cpu", messages=PY_MESSAGES),
     # CUDA C++ on a real NVIDIA GPU; skipped, with the runner's reason, on machines without one.
-    Kit("cuda", ".cu", messages={
-        "syntax_error": r"error\b.*accumulator",  # nvcc: identifier "accumulator" is undefined
+    Kit("cuda", ".cu", messages=C_MESSAGES | {
         "segfault": r"illegal (memory access|address)",  # the runtime's own words
-        "infinite_loop": r"\blimit\b",
-        "writes_input": r"\bA\b",
-        "wrong": r"\bC\b",
-        "one_shape": r"\bC\b",
-        "constant": r"\bC\b",
-        "stale_cache": r"\bC\b",
-        "memo_by_address": r"\bC\b",
     }),
     # The GPU runner's pipeline on the FAKE runtime of tests/fake_gpu (host memory, plain C++
     # candidates built by g++): runs everywhere, proves the harness, says nothing about GPUs.
-    Kit("cuda_fake", ".cu", env=fake_gpu.runtime_env, messages={
-        "syntax_error": r"error\b.*accumulator",
-        "segfault": r"SIGSEGV",
-        "infinite_loop": r"\blimit\b",
-        "writes_input": r"\bA\b",
-        "wrong": r"\bC\b",
-        "one_shape": r"\bC\b",
-        "constant": r"\bC\b",
-        "stale_cache": r"\bC\b",
-        "memo_by_address": r"\bC\b",
-    }),
+    Kit("cuda_fake", ".cu", env=fake_gpu.runtime_env, messages=C_MESSAGES),
 ]
 
 
