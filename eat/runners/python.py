@@ -66,12 +66,16 @@ class PythonRunner:
         self.device_kind = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "mlx": "mlx"}[name]
         self.cpu = sorted(os.sched_getaffinity(0))[-1] if cpu is None else cpu
 
+    def _info(self) -> tuple[str | None, str]:
+        # One probe serves unavailable() and device (a probe imports torch: seconds).
+        return _probe(self.name, self.framework, self.language == "triton")
+
     def unavailable(self, target: Target | None = None) -> str | None:
-        return _probe(self.name, self.framework, self.language == "triton")[0]
+        return self._info()[0]
 
     @property
     def device(self) -> str:
-        what = _probe(self.name, self.framework, False)[1]
+        what = self._info()[1]
         if self.name == "cpu":
             return f"cpu: {cpu_model()} (core {self.cpu}, torch {what})"
         return f"{self.name}: {what}"
