@@ -26,7 +26,7 @@ from eat.cache import builds_dir, device_lock
 from eat.runners import sandbox
 from eat.runners.base import (Evaluation, HarnessError, Peaks, read_result, source_hash,
                               summarize)
-from eat.target import EvalConfig, Target, eval_expr
+from eat.target import Build, EvalConfig, Target, eval_expr
 
 CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
 _FLAG_OK = re.compile(r"-O[0-3sgz]?|-Ofast|-m[a-z0-9][a-z0-9.=_-]*|-f[a-z0-9][a-z0-9.=_-]*"
@@ -214,7 +214,7 @@ class CpuRunner(NativeRunner):
         self.lock_down = lock_down
 
     def unavailable(self, target: Target | None = None) -> str | None:
-        compiler = target.build.compiler_for("cpu") if target else "cc"
+        compiler = (target.build if target else Build()).compiler_for("cpu")
         if not shutil.which(compiler):
             return f"C compiler {compiler!r} not found on PATH"
         return None

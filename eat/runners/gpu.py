@@ -36,7 +36,7 @@ from eat.errors import BadInput, RunnerUnavailable
 from eat.runners import gpurt, sandbox
 from eat.runners.base import Peaks
 from eat.runners.cpu import _FLAG_DENY, _FLAG_OK, NativeRunner, candidate_cflags, eat_pythonpath
-from eat.target import EvalConfig, Target
+from eat.target import Build, EvalConfig, Target
 
 _SUFFIX = {"cuda": ".cu", "rocm": ".hip"}
 _VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
@@ -88,8 +88,7 @@ class GpuRunner(NativeRunner):
         return probe(self.name, self.runtime, tuple(sorted(self._device_env().items())))
 
     def unavailable(self, target: Target | None = None) -> str | None:
-        compiler = target.build.compiler_for(self.name) if target else \
-            {"cuda": "nvcc", "rocm": "hipcc"}[self.name]
+        compiler = (target.build if target else Build()).compiler_for(self.name)
         if not shutil.which(compiler):
             return f"{self.api} compiler {compiler!r} not found on PATH"
         return self._info().get("reason")
