@@ -58,6 +58,9 @@ class RunConfig(BaseModel):
     teams: list[str] = Field(["coordinate", "explorer"], min_length=1,
                              description="Team presets spawned at the start.")
     max_teams: int = Field(4, ge=1, description="Most teams active at once.")
+    supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
+                            "False keeps the starting teams as they are (a baseline to compare "
+                            "the supervisor against).")
     plateau: PlateauConfig = PlateauConfig()
 
 

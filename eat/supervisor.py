@@ -78,6 +78,8 @@ def build_graph(ctx: RunContext) -> StateGraph:
         return {"stop": budget_left(ctx), "at_seq": ctx.state.seq}
 
     def detect(s: Step) -> Step:
+        if not ctx.config.supervise:
+            return {"plateaus": [], "at_seq": ctx.state.seq}
         plateaus = detect_plateaus(ctx.state, ctx.config.plateau)
         elite = elite_to_retime(ctx.state, plateaus)
         if elite:
