@@ -9,6 +9,7 @@ GPU the same two kernels, compiled with nvcc, run across every multiprocessor of
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -29,23 +30,31 @@ from eat.runners.cpu import compiler_version, cpu_model
 _FMA = r"""
 #include <stdio.h>
 #include <time.h>
-typedef float v16 __attribute__((vector_size(64)));
+/* The widest vector the core has: a wider GCC vector is split into pieces kept in memory. */
+#if defined(__AVX512F__)
+#define LANES 16
+#elif defined(__AVX__)
+#define LANES 8
+#else
+#define LANES 4
+#endif
+typedef float vf __attribute__((vector_size(4 * LANES)));
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
                           return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(void) {
     enum { ACC = 12 };
-    v16 acc[ACC], mul, add;
-    for (int l = 0; l < 16; l++) { mul[l] = 0.999999f; add[l] = 1e-7f; }
+    vf acc[ACC], mul, add;
+    for (int l = 0; l < LANES; l++) { mul[l] = 0.999999f; add[l] = 1e-7f; }
     double best = 0;
-    for (int trial = 0; trial < 5; trial++) {
-        for (int i = 0; i < ACC; i++) for (int l = 0; l < 16; l++) acc[i][l] = i + l * 1e-3f;
-        long iters = 20000000;
+    for (int trial = 0; trial < 10; trial++) {
+        for (int i = 0; i < ACC; i++) for (int l = 0; l < LANES; l++) acc[i][l] = i + l * 1e-3f;
+        long iters = 40000000;
         double t0 = now();
         for (long n = 0; n < iters; n++)
             for (int i = 0; i < ACC; i++) acc[i] = acc[i] * mul + add;
         double dt = now() - t0, sum = 0;
-        for (int i = 0; i < ACC; i++) for (int l = 0; l < 16; l++) sum += acc[i][l];
-        double gflops = 2.0 * 16 * ACC * iters / dt / 1e9;
+        for (int i = 0; i < ACC; i++) for (int l = 0; l < LANES; l++) sum += acc[i][l];
+        double gflops = 2.0 * LANES * ACC * iters / dt / 1e9;
         if (gflops > best && sum == sum) best = gflops;
     }
     printf("%f\n", best);
@@ -210,6 +219,11 @@ def machine_key() -> str:
     return f"{socket.gethostname()}|{cpu_model()}|{os.cpu_count()}"
 
 
+def _cpu_program() -> str:
+    """Digest of the CPU peak programs: peaks cached by another version are measured again."""
+    return hashlib.sha256((_FMA + _TRIAD).encode()).hexdigest()[:12]
+
+
 def _read_cache() -> dict:
     try:
         data = json.loads(doctor_file().read_text())
@@ -245,13 +259,14 @@ def load_peaks(runner: str = "cpu", measure: bool = True, refresh: bool = False)
     if runner != "cpu":
         return None
     data = _read_cache()
-    if data.get("machine") == machine_key() and not refresh:
+    if data.get("machine") == machine_key() and data.get("program") == _cpu_program() \
+            and not refresh:
         if peaks := _cached_peaks(data):
             return peaks
     if not measure or not shutil.which("cc"):
         return None
     peaks = measure_peaks()
-    _write_cache({"machine": machine_key(), "measured_at": time.time(),
+    _write_cache({"machine": machine_key(), "program": _cpu_program(), "measured_at": time.time(),
                   "peaks": peaks.model_dump()})
     return peaks
 
