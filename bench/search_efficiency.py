@@ -1,51 +1,87 @@
-"""Does the supervisor find faster kernels than one unsupervised team, at the same budget?
+"""Does restructuring teams find faster kernels than not restructuring, at equal evaluations?
 
-The supervisor's claim is that detecting plateaus and restructuring the teams (fork, spawn,
-redirect, retire) gets a run out of local optima that a single search strategy gets stuck in.
-This tests that claim, repeatably, on a synthetic landscape, so it runs in about a minute:
+Three arms run the real loop (start_run, offline agents) against a fake runner, with the same
+budget of evaluations and the same seeds:
 
-- the target: examples/cpu_matmul copied to a temp folder with its [knobs] replaced by five
-  knobs of 4-6 values (2,880 configurations; the first value of each is the baseline's);
-- the runner: a fake whose speedup is a fixed function of the knob values it parses back from
-  the rendered source (`#define NAME value` lines, the `// eat:cflags` line): three Gaussian
-  bumps over the knob-index grid (a broad local optimum near the defaults, a medium one in a
-  far corner, a narrow global one elsewhere), normalized so the defaults give 1.0x, times a
-  seeded measurement noise (2%), with IQRs of 2-5% of the median as a real machine reports;
-  one corner of the space fails to compile;
-- "unsupervised": one team (teams=["coordinate"]) with plateau windows so large that no plateau
-  is ever declared (its history is checked for plateau and restructure events);
-- "supervised": the default RunConfig (default teams and plateau settings).
+- (a) "supervised": the default RunConfig: its default teams, supervise=True (plateau
+  detection, elite re-times, restructuring);
+- (b) "no restructuring": the same starting teams with supervise=False;
+- (c) "best static team": every preset of eat.team.load_presets() alone (teams=[name],
+  supervise=False); per landscape and budget the best is the preset with the highest median
+  true best over the seeds (ties: the higher mean).
 
-Both get the same --evals per run, for each of --seeds run seeds. The figure compared is the
-true (noise-free) speedup of the configuration each run reports as its best; the run's own
-measured estimate is printed beside it. "far" counts the candidates a run tried where one of the
-two better bumps adds at least 0.1x (well above the noise): where a climb towards them can start.
-Run from the repository root:  python bench/search_efficiency.py [--evals 60] [--seeds 10]
+Landscapes (the target is examples/cpu_matmul copied to a temp folder, its [knobs] replaced by
+the landscape's grid; the runner parses the knob values back from the rendered source --
+`#define NAME value` lines, the `// eat:cflags` line; a knob missing from it is at its first
+value -- and answers at once, its speedup times seeded log-normal noise, with per-workload rows
+whose IQRs are 1-2.5 times that noise):
+
+- "needle" and "broad": five synthetic knobs of 4-6 values (2,880 configurations, the first
+  value of each is the baseline's); the speedup is three Gaussian bumps over the knob-index grid (a
+  broad local optimum near the defaults, a medium one in a far corner, the highest elsewhere),
+  normalized so the defaults give 1.0x; noise 2%; one corner fails to compile. The far optima's
+  basins cover ~1% of the space in "needle", ~10% in "broad".
+- "cpu_matmul": a replay of bench/landscapes/cpu_matmul.json, every configuration of a grid of
+  the real target's knobs measured on a real machine: the runner answers a configuration's
+  recorded status, or its recorded speedup times noise of its recorded spread (at least 1%).
+  Skipped, with a line saying so, where the file is missing.
+
+What is compared, per seed: the true (noise-free) speedup of the configuration each run reports
+as its best (RunState.best at the end), and the evaluations it took to reach it: candidate
+evaluations and re-times counted in log order, up to and including the first evaluation of a
+configuration at least as good as that true best, within noise. Two values are equal within
+noise when neither is more than 2% above the other (on the recorded landscape: more than
+max(2%, the recorded noise of either configuration)). (a) is compared against the better of
+(b) and (c) on the same seed (the higher true best; equal within noise, the one that reached it
+in fewer evaluations): a win when (a)'s true best is higher beyond noise, or equal within noise
+and reached in at least 10% fewer evaluations; a loss the reverse; otherwise a tie.
+
+A run's evaluations are its candidate_evaluated plus elite_retimed events; a warning line says
+when a run used more than its budget. Runs that stop early (a team with nothing left to try)
+keep what they found. Runs go in parallel processes (--jobs), each in its own temporary
+workspace, deleted once read; --verbose adds a table per seed and notes on how the runs
+stopped, the evaluations they used, and how often (a) and (b) evaluated the same candidates.
+
+Run from the repository root:
+    python bench/search_efficiency.py [--landscape all] [--seeds 10] [--budgets 60 150]
+                                      [--jobs N] [--json] [--verbose]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
+import os
 import random
 import re
 import shutil
 import statistics
+import sys
 import tempfile
+import time
 import tomllib
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import tomli_w
 
-from eat.config import PlateauConfig
 from eat.run import start_run
-from eat.runners.base import Evaluation, Stat, WorkloadResult, source_hash
+from eat.runners.base import STATUSES, Evaluation, Stat, WorkloadResult, source_hash
 from eat.runners.cpu import CFLAGS_LINE
 from eat.state import RunState
+from eat.team import load_presets
 from eat.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "bench" / "landscapes" / "cpu_matmul.json"
+# Workspaces fsync what they write; on a RAM file system that costs nothing, so the runs'
+# time goes to the search rather than to the disk (about half of it otherwise, measured).
+TMP = os.environ.get("TMPDIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+MIN_GAIN = 0.02  # what counts as "beyond noise" on the synthetic landscapes (their noise)
+SOONER = 0.9     # equal bests: reached in at most 90% of the other's evaluations is a win
+
 SIZES = [16, 32, 64, 128, 256, 512]
 KNOBS = {
     "BLOCK_M": {"values": SIZES, "help": "Rows of C per block."},
@@ -55,65 +91,116 @@ KNOBS = {
     "CFLAGS": {"kind": "cflags", "values": ["-O2", "-O3", "-O3 -march=native",
                                            "-O3 -march=native -ffast-math"]},
 }
-# (centre in [0, 1]^5 over knob indices, height, width): broad near the defaults (index 0),
-# medium in a far corner, highest elsewhere. "needle": the far optima are narrow (their basins
-# cover ~1% of the space); "broad": the same optima with wider basins (~10%).
+# (centre in [0, 1]^5 over knob indices, height), and per landscape each bump's width.
 CENTRES = [((0.2, 0.2, 0.33, 0.25, 0.33), 1.2), ((1.0, 0.0, 1.0, 0.0, 0.67), 1.6),
            ((0.6, 1.0, 0.67, 1.0, 1.0), 2.8)]
-LANDSCAPES = {"needle": (0.35, 0.20, 0.15), "broad": (0.35, 0.30, 0.25)}
-BUMPS: list = []
-SCALE = 1.0
-UNSUPERVISED = PlateauConfig(team_window=10**9, run_window=10**9, fail_window=10**9)
+WIDTHS = {"needle": (0.35, 0.20, 0.15), "broad": (0.35, 0.30, 0.25)}
 
 
-def bumps(idx: tuple[int, ...]) -> list[float]:
-    """What each bump adds at a configuration (knob indices), before normalization."""
-    u = [i / (len(k["values"]) - 1) for i, k in zip(idx, KNOBS.values())]
-    return [h * math.exp(-sum((a - b) ** 2 for a, b in zip(u, c)) / (2 * w * w))
-            for c, h, w in BUMPS]
+def norm(value) -> str:
+    """A knob value as the runner reads it back from a source."""
+    return " ".join(str(value).split())
 
 
-def use_landscape(name: str) -> None:
-    global BUMPS, SCALE
-    BUMPS = [(c, h, w) for (c, h), w in zip(CENTRES, LANDSCAPES[name])]
-    SCALE = 1 + sum(bumps((0,) * len(KNOBS)))  # so that the defaults give 1.0x
+class Landscape:
+    """A grid of knob values; a configuration is a tuple of value indices, knobs in order."""
+
+    name: str
+    knobs: dict  # name -> {"values": [...], "kind"?, "help"?}, as target.toml takes it
+
+    def measure(self, idx: tuple[int, ...]) -> tuple[str, float | None, float]:
+        """(status, noise-free speedup or None, relative noise) of a configuration."""
+        raise NotImplementedError
+
+    def index(self, knobs: dict) -> tuple[int, ...]:
+        return tuple([norm(v) for v in k["values"]].index(norm(knobs.get(n, k["values"][0])))
+                     for n, k in self.knobs.items())
+
+    def parse(self, source: str) -> tuple[int, ...]:
+        """The configuration of a rendered source (the first #define of a name wins)."""
+        found: dict[str, str] = {}
+        for m in re.finditer(r"^#define (\w+) (.+)$", source, re.M):
+            found.setdefault(m.group(1), m.group(2))
+        cflags = next((n for n, k in self.knobs.items() if k.get("kind") == "cflags"), None)
+        if cflags and (flags := CFLAGS_LINE.findall(source)):
+            found[cflags] = flags[0]
+        return self.index({n: v for n, v in found.items() if n in self.knobs})
+
+    def true(self, idx) -> float | None:
+        return None if idx is None else self.measure(idx)[1]
+
+    def tol(self, a, b) -> float:
+        """How far apart two configurations' true values may be and still be equal."""
+        return max([MIN_GAIN] + [self.measure(i)[2] for i in (a, b) if i is not None])
+
+    def describe(self) -> str:
+        grid = [range(len(k["values"])) for k in self.knobs.values()]
+        ok = {c: v for c in itertools.product(*grid) if (v := self.true(c)) is not None}
+        optima = sorted((v for c, v in ok.items() if all(
+            ok.get(c[:k] + (x,) + c[k + 1:], 0.0) < v for k, r in enumerate(grid) for x in r
+            if x != c[k])), reverse=True)
+        total = math.prod(map(len, grid))
+        return (f"{total} configurations ({total - len(ok)} fail); local optima under one-knob "
+                f"moves: {', '.join(f'{v:.2f}x' for v in optima[:8])}"
+                + (f" and {len(optima) - 8} more" if len(optima) > 8 else ""))
 
 
-def height(idx: tuple[int, ...]) -> float:
-    """Noise-free speedup of a configuration."""
-    return (1 + sum(bumps(idx))) / SCALE
+class Synthetic(Landscape):
+    """Three Gaussian bumps over the knob-index grid; see the module docstring."""
+
+    def __init__(self, name: str):
+        self.name, self.knobs = name, KNOBS
+        self.bumps = [(c, h, w) for (c, h), w in zip(CENTRES, WIDTHS[name])]
+        self.scale = 1 + sum(self._bumps((0,) * len(KNOBS)))  # so that the defaults give 1.0x
+
+    def _bumps(self, idx) -> list[float]:
+        u = [i / (len(k["values"]) - 1) for i, k in zip(idx, KNOBS.values())]
+        return [h * math.exp(-sum((a - b) ** 2 for a, b in zip(u, c)) / (2 * w * w))
+                for c, h, w in self.bumps]
+
+    def measure(self, idx):
+        if idx[2] == 3 and idx[3] == 4:  # UNROLL=8 with VEC=16: "does not compile"
+            return "compile_error", None, MIN_GAIN
+        return "ok", (1 + sum(self._bumps(idx))) / self.scale, MIN_GAIN
 
 
-def far(idx: tuple[int, ...]) -> bool:
-    return any(b / SCALE >= 0.1 for b in bumps(idx)[1:])
+class Replay(Landscape):
+    """A table recorded from the real target: every configuration of its grid."""
 
+    def __init__(self, path: Path):
+        data = json.loads(path.read_text())
+        real = tomllib.loads((ROOT / "examples" / "cpu_matmul" / "target.toml").read_text())
+        self.name = data["target"]
+        self.about = f"recorded {data.get('recorded', '?')} on {data.get('device', '?')}"
+        # Each knob keeps its kind and help from the real target; its values are the grid's.
+        self.knobs = {n: {k: v for k, v in real["knobs"].get(n, {}).items() if k != "values"}
+                      | {"values": values} for n, values in data["knobs"].items()}
+        self.table = {}
+        for row in data["configs"]:
+            self.table[self.index(row["knobs"])] = (
+                row["status"] if row["status"] in STATUSES else "crash",
+                row.get("speedup") if row["status"] == "ok" else None, row.get("noise") or 0.0)
+        missing = math.prod(len(v) for v in data["knobs"].values()) - len(self.table)
+        if missing:
+            print(f"warning: {path.name}: {missing} configurations of the grid are not "
+                  "recorded; the runner answers them with a crash", file=sys.stderr)
 
-def fails(idx: tuple[int, ...]) -> bool:
-    return idx[2] == 3 and idx[3] == 4  # UNROLL=8 with VEC=16: "does not compile"
+    def measure(self, idx):
+        return self.table.get(idx, ("crash", None, 0.0))
 
-
-def indices(knobs: dict) -> tuple[int, ...]:
-    return tuple([str(v) for v in k["values"]].index(str(knobs.get(n, k["values"][0])))
-                 for n, k in KNOBS.items())
-
-
-def parse(source: str) -> tuple[int, ...]:
-    """Knob indices from a rendered source (the first #define of a name wins)."""
-    found: dict[str, str] = {}
-    for m in re.finditer(r"^#define (\w+) (.+)$", source, re.M):
-        found.setdefault(m.group(1), m.group(2).strip())
-    if flags := CFLAGS_LINE.findall(source):
-        found["CFLAGS"] = " ".join(flags[0].split())
-    return indices({n: v for n, v in found.items() if n in KNOBS})
+    def describe(self) -> str:
+        return f"{self.about}: {super().describe()}"
 
 
 class LandscapeRunner:
-    """Answers at once from `height`, with seeded noise that differs on each re-measurement."""
+    """Answers at once from the landscape, with seeded noise that differs on each
+    re-measurement of a source (so re-times see fresh noise, and every arm of a seed the
+    same)."""
 
     name = "cpu"
 
-    def __init__(self, seed: int, noise: float = 0.02):
-        self.seed, self.noise, self.calls = seed, noise, {}
+    def __init__(self, land: Landscape, seed: int):
+        self.land, self.seed, self.calls = land, seed, {}
 
     def unavailable(self, target=None):
         return None
@@ -122,11 +209,12 @@ class LandscapeRunner:
         h = source_hash(source)
         self.calls[h] = self.calls.get(h, 0) + 1
         rng = random.Random(f"{self.seed}:{h}:{self.calls[h]}")
-        idx = parse(source)
-        if fails(idx):
-            return Evaluation(status="compile_error", message="candidate.c: register spill",
+        status, true, noise = self.land.measure(self.land.parse(source))
+        if status != "ok":
+            return Evaluation(status=status, message=f"{self.land.name}: {status} (landscape)",
                               target=target.name, runner="fake", source_hash=h)
-        speedup = height(idx) * math.exp(rng.gauss(0, self.noise))
+        sigma = max(noise, 0.01)
+        speedup = true * math.exp(rng.gauss(0, sigma))
         rows = []
         for p in target.workloads:
             flops = target.metric("flops", p)
@@ -134,90 +222,173 @@ class LandscapeRunner:
             cand = base / speedup
             rows.append(WorkloadResult(
                 params=p, speedup=speedup, gflops=flops / cand / 1e9,
-                candidate=Stat(median_s=cand, iqr_s=cand * rng.uniform(0.02, 0.05), n=25),
-                baseline=Stat(median_s=base, iqr_s=base * rng.uniform(0.02, 0.05), n=25)))
+                candidate=Stat(median_s=cand, iqr_s=cand * sigma * rng.uniform(1, 2.5), n=25),
+                baseline=Stat(median_s=base, iqr_s=base * sigma * rng.uniform(1, 2.5), n=25)))
         return Evaluation(status="ok", speedup=speedup, target=target.name, runner="fake",
                           device="synthetic", workloads=rows, source_hash=h)
 
 
-def describe_landscape() -> str:
-    grid = [range(len(k["values"])) for k in KNOBS.values()]
-    ok = {c: height(c) for c in itertools.product(*grid) if not fails(c)}
-    optima = sorted((v for c, v in ok.items() if all(
-        ok.get(c[:k] + (x,) + c[k + 1:], 0.0) < v for k, r in enumerate(grid) for x in r
-        if x != c[k])), reverse=True)
-    total = math.prod(len(r) for r in grid)
-    return (f"landscape: {total} configurations ({total - len(ok)} fail); local optima under "
-            f"one-knob moves: {', '.join(f'{v:.2f}x' for v in optima)}; a better bump adds "
-            f">= 0.1x on {sum(map(far, ok))} configurations ({sum(map(far, ok)) / len(ok):.1%})")
+def make_target(land: Landscape, folder: Path) -> Path:
+    shutil.copytree(ROOT / "examples" / "cpu_matmul", folder)
+    toml = folder / "target.toml"
+    data = tomllib.loads(toml.read_text())
+    toml.write_text(tomli_w.dumps(data | {"name": land.name, "knobs": land.knobs}))
+    return folder
 
 
-def one_run(tmp: Path, name: str, seed: int, evals: int, supervised: bool) -> dict:
-    extra = {} if supervised else {"teams": ["coordinate"], "plateau": UNSUPERVISED}
-    _, why = start_run(tmp / "target", tmp / name, runner=LandscapeRunner(seed),
-                       max_evals=evals, seed=seed, **extra)
-    events, _ = Workspace.open(tmp / name).read_events()
-    shutil.rmtree(tmp / name)
+def one_run(land: Landscape, target: Path, budget: int, seed: int, overrides: dict) -> dict:
+    """One run of the loop, read back from its history; errors come back as {"error": ...}."""
+    tmp = Path(tempfile.mkdtemp(prefix="eat-bench-", dir=TMP))
+    try:
+        _, why = start_run(target, tmp / "ws", runner=LandscapeRunner(land, seed),
+                           max_evals=budget, seed=seed, **overrides)
+        events, _ = Workspace.open(tmp / "ws").read_events()
+    except Exception as e:  # e.g. a preset whose strategy the offline agent lacks
+        return {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     state = RunState.from_events(events)
-    tried = [indices(e.knobs) for e in events if e.type == "candidate_evaluated"]
-    return {"true": height(indices(state.best.knobs)), "measured": state.best.estimate,
-            "evals": state.evaluations, "plateaus": state.plateaus,
-            "restructures": state.restructures, "teams": len(state.teams), "why": why,
-            "far": sum(map(far, tried))}
+    best = land.index(state.best.knobs) if state.best else None
+    true = land.true(best) or 0.0
+    used, reached, trail = 0, None, []
+    for e in events:
+        if e.type in ("candidate_evaluated", "elite_retimed"):
+            used += 1
+        if e.type == "candidate_evaluated":
+            idx = land.index(e.knobs)
+            trail.append(idx)
+            v = land.true(idx)
+            if reached is None and v is not None and v * (1 + land.tol(idx, best)) >= true:
+                reached = used
+    return {"best": best, "true": true, "measured": state.best_speedup, "used": used,
+            "reached": reached or used, "why": stop_reason(why),
+            "plateaus": state.plateaus, "restructures": state.restructures,
+            "trail": trail}
 
 
-def summary(name: str, values: list[float]) -> str:
-    return (f"{name:<13} median {statistics.median(values):.2f}x  mean "
-            f"{statistics.mean(values):.2f}x  min {min(values):.2f}x  max {max(values):.2f}x")
+def stop_reason(stop) -> str:
+    """Why a run stopped, without its figures: the Stop's code, or the start of its line."""
+    return getattr(stop, "code", None) or re.sub(r" \(.*\)$", "", str(stop))
+
+
+def cell(r: dict) -> str:
+    return f"{r['true']:5.2f}x ({r['measured'] or 0:.2f}x) {r['used']:>3} {r['reached']:>3}"
+
+
+def beats(land: Landscape, x: dict, y: dict) -> bool:
+    """x's best is higher beyond noise, or equal within noise and reached 10% sooner."""
+    tol = land.tol(x["best"], y["best"])
+    if x["true"] > y["true"] * (1 + tol):
+        return True
+    if y["true"] > x["true"] * (1 + tol):
+        return False
+    return x["reached"] <= SOONER * y["reached"]
+
+
+def better(land: Landscape, x: dict, y: dict) -> dict:
+    tol = land.tol(x["best"], y["best"])
+    if x["true"] > y["true"] * (1 + tol) or y["true"] > x["true"] * (1 + tol):
+        return max(x, y, key=lambda r: r["true"])
+    return min(x, y, key=lambda r: r["reached"])
+
+
+def arms(presets) -> dict[str, dict]:
+    """Arm name -> RunConfig overrides."""
+    return {"supervised": {}, "unrestructured": {"supervise": False}} | {
+        f"static {p}": {"teams": [p], "supervise": False} for p in presets}
+
+
+def landscapes(which: str) -> list[Landscape]:
+    out = [Synthetic(n) for n in WIDTHS if which in (n, "all")]
+    if which in ("cpu_matmul", "all"):
+        if TABLE.is_file():
+            out.append(Replay(TABLE))
+        else:
+            print(f"cpu_matmul: skipped, {TABLE.relative_to(ROOT)} not found", file=sys.stderr)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--evals", type=int, default=60, help="evaluations per run (both arms)")
+    ap.add_argument("--landscape", choices=[*WIDTHS, "cpu_matmul", "all"], default="all")
     ap.add_argument("--seeds", type=int, default=10, help="run seeds 0 .. N-1")
-    ap.add_argument("--landscape", choices=[*LANDSCAPES, "both"], default="both")
+    ap.add_argument("--budgets", type=int, nargs="+", default=[60, 150],
+                    help="evaluations per run (every arm)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes")
+    ap.add_argument("--json", action="store_true", help="print only one JSON object")
+    ap.add_argument("--verbose", action="store_true", help="a table per seed, and notes")
     args = ap.parse_args()
-    for name in LANDSCAPES if args.landscape == "both" else [args.landscape]:
-        use_landscape(name)
-        print(f"\n=== {name} ===")
-        compare(args)
+    say = (lambda *a: None) if args.json else print
+    started, presets = time.time(), list(load_presets())
+    report: dict = {}
+    with tempfile.TemporaryDirectory(prefix="eat-bench-", dir=TMP) as tmp, \
+            ProcessPoolExecutor(args.jobs) as pool:
+        groups = []  # every run is submitted now; each group is reported when it is done
+        for land in landscapes(args.landscape):
+            target = make_target(land, Path(tmp) / land.name)
+            for budget in args.budgets:
+                groups.append((land, budget, {
+                    arm: [pool.submit(one_run, land, target, budget, seed, overrides)
+                          for seed in range(args.seeds)]
+                    for arm, overrides in arms(presets).items()}))
+        for land, budget, futures in groups:
+            runs = {arm: [f.result() for f in fs] for arm, fs in futures.items()}
+            report.setdefault(land.name, {})[str(budget)] = compare(
+                land, budget, runs, say if args.verbose else (lambda *a: None))
+            r = report[land.name][str(budget)]
+            say(f"{land.name} {budget}: supervised wins {r['wins']}, ties {r['ties']}, losses "
+                f"{r['losses']} of {args.seeds}; median best {r['median_best']:.2f}x (no "
+                f"restructuring {r['median_best_unrestructured']:.2f}x, best static team "
+                f"{r['static_team']} {r['median_best_static']:.2f}x)")
+    wall = time.time() - started
+    if args.json:
+        print(json.dumps(report))
+    print(f"wall time {wall:.0f} s with {args.jobs} workers", file=sys.stderr)
 
 
-def compare(args) -> None:
-    print(describe_landscape())
-    print(f"{args.evals} evaluations per run; speedup: true value of the run's best (measured "
-          "estimate in brackets)\n")
-    print(f"{'seed':>4} | {'unsupervised':>15} {'evals':>5} {'far':>3} | {'supervised':>15} "
-          f"{'evals':>5} {'far':>3} {'plateaus':>8} {'restructures':>12} {'teams':>5} | winner")
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="eat-bench-") as tmp:
-        shutil.copytree(ROOT / "examples" / "cpu_matmul", Path(tmp) / "target")
-        toml = Path(tmp) / "target" / "target.toml"
-        data = tomllib.loads(toml.read_text())
-        toml.write_text(tomli_w.dumps(data | {"name": "landscape", "knobs": KNOBS}))
-        for seed in range(args.seeds):
-            u = one_run(Path(tmp), f"u{seed}", seed, args.evals, False)
-            s = one_run(Path(tmp), f"s{seed}", seed, args.evals, True)
-            win = "supervised" if s["true"] > u["true"] else \
-                "unsupervised" if u["true"] > s["true"] else "tie"
-            rows.append((u, s, win))
-            print(f"{seed:>4} | {u['true']:>5.2f}x ({u['measured']:.2f}x) {u['evals']:>5} "
-                  f"{u['far']:>3} | {s['true']:>5.2f}x ({s['measured']:.2f}x) {s['evals']:>5} "
-                  f"{s['far']:>3} {s['plateaus']:>8} {s['restructures']:>12} {s['teams']:>5} "
-                  f"| {win}")
-    unsup, sup = [u for u, _, _ in rows], [s for _, s, _ in rows]
-    print("\nstop reasons: " + "; ".join(sorted({r["why"] for r in unsup + sup})))
-    print(summary("unsupervised", [r["true"] for r in unsup]))
-    print(summary("supervised", [r["true"] for r in sup]))
-    print(f"supervised wins on {sum(w == 'supervised' for *_, w in rows)} of {len(rows)} seeds, "
-          f"loses on {sum(w == 'unsupervised' for *_, w in rows)}, ties on "
-          f"{sum(w == 'tie' for *_, w in rows)}")
-    print(f"supervised runs: plateaus mean {statistics.mean(r['plateaus'] for r in sup):.1f}, "
-          f"restructures mean {statistics.mean(r['restructures'] for r in sup):.1f}; runs that "
-          f"tried a 'far' candidate: {sum(r['far'] > 0 for r in sup)} supervised, "
-          f"{sum(r['far'] > 0 for r in unsup)} unsupervised")
-    print("unsupervised runs with a plateau or restructure event (should be 0): "
-          f"{sum(r['restructures'] + r['plateaus'] > 0 for r in unsup)}")
+def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> dict:
+    """Pick the best static team, score (a) against the better of (b) and (c) per seed."""
+    for arm, rs in list(runs.items()):
+        if errors := [r["error"] for r in rs if "error" in r]:
+            print(f"warning: {land.name} {budget}: {arm} failed on {len(errors)} seeds: "
+                  f"{errors[0]}", file=sys.stderr)
+            if not arm.startswith("static"):
+                raise SystemExit(1)
+            del runs[arm]
+        elif over := [r["used"] for r in rs if r["used"] > budget]:
+            print(f"warning: {land.name} {budget}: {arm} used more than its budget on "
+                  f"{len(over)} of {len(rs)} seeds (up to {max(over)} evaluations)",
+                  file=sys.stderr)
+    med = {arm: statistics.median(r["true"] for r in rs) for arm, rs in runs.items()}
+    static = max((a for a in runs if a.startswith("static")),
+                 key=lambda a: (med[a], statistics.mean(r["true"] for r in runs[a])))
+    a, b, c = runs["supervised"], runs["unrestructured"], runs[static]
+    score = {"win": 0, "tie": 0, "loss": 0}
+    say(f"\n=== {land.name}, {budget} evaluations per run: {land.describe()}")
+    say("each run: true best (the run's own estimate), evaluations used, evaluations to reach "
+        "it; P, R: the supervised run's plateaus and restructures")
+    say(f"{'seed':>4} | {'supervised':<30} | {'no restructuring':<22} | {static:<22} | result")
+    for seed, (x, y, z) in enumerate(zip(a, b, c)):
+        opp = better(land, y, z)
+        result = "win" if beats(land, x, opp) else "loss" if beats(land, opp, x) else "tie"
+        score[result] += 1
+        say(f"{seed:>4} | {cell(x)} P{x['plateaus']:>2} R{x['restructures']:>2} | {cell(y)} | "
+            f"{cell(z)} | {result} vs {'(b)' if opp is y else '(c)'}")
+    say("medians by arm: " + ", ".join(f"{arm} {v:.2f}x" for arm, v in med.items()))
+    for arm, rs in runs.items():
+        stops = {w: sum(r["why"] == w for r in rs) for w in {r["why"] for r in rs}}
+        say(f"  {arm}: evaluations used {min(r['used'] for r in rs)}-"
+            f"{max(r['used'] for r in rs)}; stopped: "
+            + "; ".join(f"{w} x{n}" for w, n in sorted(stops.items())))
+    same = sum(x["trail"] == y["trail"] for x, y in zip(a, b))
+    say(f"  (a) evaluated exactly what (b) did on {same} of {len(a)} seeds; reported the same "
+        f"best on {sum(x['best'] == y['best'] for x, y in zip(a, b))}\n")
+    return {"wins": score["win"], "ties": score["tie"], "losses": score["loss"],
+            "median_best": round(med["supervised"], 3),
+            "median_best_static": round(med[static], 3), "static_team": static.split()[1],
+            "median_best_unrestructured": round(med["unrestructured"], 3),
+            "median_best_by_static_team": {a.split()[1]: round(v, 3) for a, v in med.items()
+                                           if a.startswith("static")}}
 
 
 if __name__ == "__main__":
