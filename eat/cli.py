@@ -129,7 +129,7 @@ class _Progress:
             table.add_row(t.id, t.strategy, t.state + (" (exhausted)" if t.exhausted else ""),
                           str(t.evals), f"{t.best_estimate:.2f}x" if t.best_estimate else "-")
         best = state.best
-        budget = f"{state.evaluations}/{self.max_evals} evaluations"
+        budget = f"{state.spent_evals}/{self.max_evals} evaluations"
         if self.max_time:
             budget += f", {max(0.0, self.max_time - state.elapsed_s):.0f} s left"
         head = (f"[bold]{budget}[/bold]   best: "
@@ -143,18 +143,18 @@ def _run_with_progress(fn, *args, shown_evals: int, shown_time: float | None, **
     from rich.live import Live
 
     with Live(console=out, refresh_per_second=4, transient=False) as live:
-        path, reason = fn(*args, on_event=_Progress(live, shown_evals, shown_time), **kwargs)
+        path, stop = fn(*args, on_event=_Progress(live, shown_evals, shown_time), **kwargs)
     out.print()
-    out.print(f"stopped: {reason}", markup=False)
+    out.print(f"stopped: {stop}", markup=False)
     out.print(f"workspace: {path}   (eat status {path}; eat resume {path})", markup=False)
-    from eat.run import INTERRUPTED
-    from eat.supervisor import FAILED
-    raise typer.Exit(130 if reason == INTERRUPTED else 1 if reason.startswith(FAILED) else 0)
+    raise typer.Exit(stop.exit_code)
 
 
 _MAX_EVALS = typer.Option(None, "--max-evals", help="Evaluations in the whole run.")
 _MAX_TIME = typer.Option(None, "--max-time", help="Seconds in the whole run (all sessions).")
 _MAX_COST = typer.Option(None, "--max-cost", help="LLM spend cap in USD for the whole run.")
+_MAX_CALLS = typer.Option(None, "--max-llm-calls", help="LLM calls in the whole run (default: "
+                          "10 per evaluation of --max-evals).")
 
 
 @app.command()
@@ -171,6 +171,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
                                        help="OpenAI-compatible server, e.g. "
                                        "http://127.0.0.1:8000/v1."),
           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
+          max_llm_calls: int = _MAX_CALLS,
           seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
           config: Path = typer.Option(None, "--config",
                                       help="TOML file of run settings (default: ./eat.toml if "
@@ -181,7 +182,8 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
 
     flags = {k: v for k, v in [("model", model), ("seed", seed), ("max_evals", max_evals),
                                ("max_time_s", max_time), ("max_cost_usd", max_cost),
-                               ("api_base", api_base), ("supervisor_model", supervisor_model)]
+                               ("api_base", api_base), ("supervisor_model", supervisor_model),
+                               ("max_llm_calls", max_llm_calls)]
              if v is not None}
     options = settings_file(config) | flags
     shown = make_config(target=str(target), **options)
@@ -192,7 +194,8 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
 @app.command()
 @_reports_errors
 def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
-           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST):
+           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
+           max_llm_calls: int = _MAX_CALLS):
     """Continue a stopped or crashed run; budgets are totals for the run, not increments."""
     from eat.run import resume_run
     from eat.workspace import Workspace
@@ -201,7 +204,8 @@ def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     _run_with_progress(resume_run, workspace, shown_evals=max_evals or config.max_evals,
                        shown_time=max_time or config.max_time_s,
                        **{k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
-                                            ("max_cost_usd", max_cost)] if v is not None})
+                                            ("max_cost_usd", max_cost),
+                                            ("max_llm_calls", max_llm_calls)] if v is not None})
 
 
 @app.command()
@@ -216,10 +220,12 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
         sys.stdout.write(json.dumps(st, indent=2) + "\n")
         return
     best = f"{st['best_speedup']:.2f}x ({st['best_candidate']})" if st["best_speedup"] else "-"
-    state = "running" if st["running"] else f"stopped: {st['stopped'] or 'crashed'}"
+    state = "running" if st["running"] else \
+        f"stopped: {st['stopped']}: {st['stop_reason']}" if st["stopped"] else "stopped: crashed"
     out.print(f"{st['target']}  {state}", markup=False)
-    out.print(f"evaluations {st['evaluations']}/{st['max_evals']}, best {best}, "
-              f"plateaus {st['plateaus']}, restructures {st['restructures']}", markup=False)
+    out.print(f"evaluations {st['evaluations']}/{st['max_evals']} ({st['retimes']} re-times), "
+              f"best {best}, plateaus {st['plateaus']}, restructures {st['restructures']}, "
+              f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}", markup=False)
     table = Table(box=None)
     for col in ("team", "strategy", "state", "evals", "best"):
         table.add_column(col)

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from eat.errors import BadInput
 
 
+LLM_CALLS_PER_EVAL, ATTEMPTS_PER_EVAL, SPAWNED_PER_TEAM = 10, 3, 3
+
+
 class PlateauConfig(BaseModel):
     """When the supervisor calls a plateau."""
 
@@ -22,6 +25,9 @@ class PlateauConfig(BaseModel):
                             "improvement before the run has plateaued.")
     fail_window: int = Field(5, ge=2, description="Consecutive failed candidates of a team "
                              "that count as a failing team.")
+    repeat_window: int = Field(2, ge=1, description="Attempts of a team in a row that repeat "
+                               "known candidates before the supervisor steers it (and, once "
+                               "steered, retires it).")
     min_gain: float = Field(0.02, ge=0, description="Smallest relative gain that counts, "
                             "whatever the measured noise.")
     score_after: int = Field(8, ge=1, description="Evaluations after a restructure before its "
@@ -50,10 +56,23 @@ class RunConfig(BaseModel):
                                                 "token, likewise.")
     repairs: int = Field(2, ge=0, description="Repair attempts a failed LLM candidate gets, fed "
                          "with its compiler message or mismatch, before its idea is dropped.")
-    max_evals: int = Field(60, ge=1, description="Candidate evaluations in the whole run.")
+    max_evals: int = Field(60, ge=1, description="Evaluations in the whole run: candidates and "
+                           "re-times of the elite alike.")
     max_time_s: float | None = Field(None, gt=0, description="Wall-clock seconds in the whole "
                                      "run, summed over sessions.")
     max_cost_usd: float | None = Field(None, ge=0, description="LLM spend cap in USD.")
+    max_llm_calls: int | None = Field(None, ge=0, description="LLM calls in the whole run, "
+                                      "failed tries and the supervisor's included; None: "
+                                      f"{LLM_CALLS_PER_EVAL} per evaluation of max_evals.")
+    max_attempts: int | None = Field(None, ge=1, description="Team turns in the whole run, "
+                                     "whether they gave a candidate or not (a duplicate, a "
+                                     "malformed reply); None: "
+                                     f"{ATTEMPTS_PER_EVAL} per evaluation of max_evals.")
+    no_progress: int = Field(12, ge=1, le=1000, description="Attempts in a row without a new "
+                             "evaluation after which the run stops (stop code no_progress).")
+    max_spawned: int | None = Field(None, ge=1, description="Teams spawned over the whole run, "
+                                    "the starting ones included; None: "
+                                    f"{SPAWNED_PER_TEAM} times max_teams.")
     seed: int = Field(0, description="Seed of every random choice the offline agents make.")
     teams: list[str] = Field(["coordinate", "explorer"], min_length=1,
                              description="Team presets spawned at the start.")
@@ -62,6 +81,17 @@ class RunConfig(BaseModel):
                             "False keeps the starting teams as they are (a baseline to compare "
                             "the supervisor against).")
     plateau: PlateauConfig = PlateauConfig()
+
+    # Defaults derived from other budgets, so that no setting leaves spend unbounded.
+    def llm_call_cap(self) -> int:
+        return self.max_llm_calls if self.max_llm_calls is not None else \
+            LLM_CALLS_PER_EVAL * self.max_evals
+
+    def attempt_cap(self) -> int:
+        return self.max_attempts or ATTEMPTS_PER_EVAL * self.max_evals
+
+    def spawn_cap(self) -> int:
+        return self.max_spawned or SPAWNED_PER_TEAM * self.max_teams
 
 
 def _first_error(e: ValidationError) -> str:

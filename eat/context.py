@@ -35,6 +35,7 @@ class RunContext:
     advisor: Any = None                    # LLMAdvisor when a supervisor model is set
     outages: int = 0                       # consecutive pauses, for the backoff
     written: dict = field(default_factory=dict)  # derived file -> text last written
+    halt: Any = None                       # a Stop a turn found (no team left, unusable model)
 
     def pause(self) -> None:
         """Wait out an LLM outage: 30 s, doubling with each consecutive one, at most 10 min."""

@@ -34,7 +34,10 @@ class RunResumed(_Event):
 
 class RunStopped(_Event):
     type: Literal["run_stopped"] = "run_stopped"
-    reason: str
+    reason: str = Field(description="Why, in one line for people.")
+    code: str = Field("", description="Why, as a stable code: max_evals, max_time, max_cost, "
+                      "max_llm_calls, max_attempts, no_progress, exhausted, llm_unusable, "
+                      "interrupted ('' in logs older than the codes).")
 
 
 class TeamSpawned(_Event):
@@ -76,7 +79,7 @@ class PlateauDetected(_Event):
     type: Literal["plateau_detected"] = "plateau_detected"
     scope: Literal["run", "team"]
     team: str | None = None
-    kind: Literal["stalled", "failing", "exhausted", "converged"]
+    kind: Literal["stalled", "failing", "exhausted", "converged", "repeating"]
     window: int
     best: float | None = None
     threshold: float = 0.0
@@ -136,6 +139,7 @@ class AttemptFailed(_Event):
     team: str
     kind: Literal["malformed", "duplicate", "llm_error", "outage"]
     reason: str
+    repeats: str | None = Field(None, description="The candidate a duplicate repeats.")
 
 
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
@@ -164,7 +168,7 @@ def describe(e: Event) -> str:
             extra = f", recovered {', '.join(e.recovered)}" if e.recovered else ""
             return f"run resumed{extra}"
         case RunStopped():
-            return f"run stopped: {e.reason}"
+            return f"run stopped: {e.code + ': ' if e.code else ''}{e.reason}"
         case TeamSpawned():
             start = f" from {e.start_from}" if e.start_from else ""
             return f"team {e.team} ({e.preset}, {e.strategy}{start}): {e.directive}"

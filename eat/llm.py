@@ -50,7 +50,7 @@ class LLMError(EatError):
 
 
 class BudgetSpent(EatError):
-    """The run's --max-cost is reached: no new LLM call starts."""
+    """The run's LLM budget (--max-cost, --max-llm-calls) is spent: no new call starts."""
 
     code = "budget_spent"
 
@@ -123,20 +123,19 @@ def _litellm():
 
 
 class LLMClient:
-    """Chat completions for one model; `record` gets every Call, `spent` says the run's cost."""
+    """Chat completions for one model; `record` gets every Call, `refuse` says why no call may
+    start now (the run's budget is spent) or None."""
 
     def __init__(self, settings: LLMSettings, record: Callable[[Call], None],
-                 spent: Callable[[], float] = lambda: 0.0, max_cost: float | None = None,
+                 refuse: Callable[[], str | None] = lambda: None,
                  sleep: Callable[[float], None] = time.sleep):
-        self.settings, self.record, self.spent = settings, record, spent
-        self.max_cost, self.sleep = max_cost, sleep
+        self.settings, self.record, self.refuse, self.sleep = settings, record, refuse, sleep
 
     def chat(self, messages: list[dict], *, agent: str, team: str | None = None,
              **extra: Any) -> str:
-        """The reply's text; raises BudgetSpent before starting over the cap, LLMError after."""
+        """The reply's text; raises BudgetSpent before a try the budget refuses, LLMError after
+        the last try."""
         s = self.settings
-        if self.max_cost is not None and self.spent() >= self.max_cost:
-            raise BudgetSpent(f"LLM spend reached the --max-cost cap of ${self.max_cost:g}")
         litellm = _litellm()
         kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "timeout": s.timeout_s,
                                   "num_retries": 0, "max_retries": 0, **extra}
@@ -152,6 +151,8 @@ class LLMClient:
             kwargs["output_cost_per_token"] = s.output_cost_per_token
         wait = s.backoff_s
         for attempt in range(1, s.attempts + 1):
+            if why := self.refuse():  # each try is a call the budget counts
+                raise BudgetSpent(why)
             try:
                 response = litellm.completion(**kwargs)
             except Exception as e:  # every provider error arrives as some litellm class

@@ -16,7 +16,7 @@ from eat.state import Candidate, RunState, Team
 @dataclass
 class Plateau:
     scope: str                 # "run" | "team"
-    kind: str                  # "stalled" | "failing" | "exhausted" | "converged"
+    kind: str                  # stalled | failing | exhausted | converged | repeating
     team: str | None
     window: int
     best: float | None
@@ -31,10 +31,10 @@ class Plateau:
 
 
 def _due(state: RunState, key: tuple, counter: int, window: int) -> bool:
-    """Reached `window`, and not already declared at this stretch (unless `window` more went
-    by; a counter below its last declaration was reset by a restructure)."""
+    """Reached `window`, and not already declared in this stretch unless `window` more went
+    by (RunState clears a declaration when its counter resets)."""
     last = state.flagged.get(key)
-    return counter >= window and (last is None or counter < last or counter >= last + window)
+    return counter >= window and (last is None or counter >= last + window)
 
 
 def team_failing(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | None:
@@ -46,6 +46,16 @@ def team_failing(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | N
     return Plateau("team", "failing", team.id, team.failures, team.best_estimate,
                    state.threshold(), [c.cid for c in bad],
                    f"{team.failures} candidates in a row failed ({', '.join(statuses)})")
+
+
+def team_repeating(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | None:
+    """The team's last `repeat_window` attempts repeated candidates already evaluated."""
+    if not _due(state, ("team", team.id, "repeating"), team.repeats, cfg.repeat_window):
+        return None
+    return Plateau("team", "repeating", team.id, team.repeats, team.best_estimate,
+                   state.threshold(), list(team.repeated),
+                   f"{team.repeats} attempts in a row repeated known candidates "
+                   f"({', '.join(team.repeated)})")
 
 
 def team_stalled(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | None:
@@ -107,8 +117,8 @@ def detect_plateaus(state: RunState, cfg: PlateauConfig) -> list[Plateau]:
     """Every plateau in the run now, team-level first."""
     found: list[Plateau] = []
     for team in state.active_teams():
-        p = team_failing(state, team, cfg) or team_exhausted(state, team) or \
-            team_stalled(state, team, cfg)
+        p = team_repeating(state, team, cfg) or team_failing(state, team, cfg) or \
+            team_exhausted(state, team) or team_stalled(state, team, cfg)
         if p:
             found.append(p)
     flagged = {p.team for p in found}

@@ -50,6 +50,11 @@ def _far(c: Candidate, elite: Candidate) -> bool:
 def diagnose(p: Plateau, state: RunState) -> Diagnosis:
     """Why a plateau happened, and the remedy the rules prefer."""
     team = state.teams.get(p.team or "")
+    if p.kind == "repeating":
+        again = team is not None and team.redirects > 0
+        return Diagnosis(p, f"team {p.team} keeps repeating candidates already evaluated: "
+                         f"{p.message}" + ("; it was steered before" if again else ""),
+                         "retire" if again else "redirect")
     if p.kind == "failing":
         again = team is not None and team.redirects > 0
         return Diagnosis(p, f"team {p.team} keeps producing broken candidates: {p.message}",
@@ -101,7 +106,7 @@ def _fork_source(state: RunState, forked: set[str]) -> tuple[Candidate, str] | N
 
 
 def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
-           young: int = 4) -> list[Operation]:
+           young: int = 4, spawn_cap: int = 10**6) -> list[Operation]:
     """Operations for a step's diagnoses, at most one decision per team; one team stays active.
 
     A fork starts a refiner around the elite, or, when one already started there, a coordinate
@@ -114,12 +119,17 @@ def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
     touched: set[str] = set()
     forked: set[str] = set()
     active = len(state.active_teams())
+    room = spawn_cap - len(state.teams)   # teams that may still be spawned in this run
     elite = state.best
     for d in diagnoses:
         p = d.plateau
         if p.team in touched:
             continue
         remedy, source, preset = d.remedy, None, "explorer"
+        if remedy in ("fork", "spawn") and room < 1:
+            if p.team is None:
+                continue
+            remedy = "redirect" if state.teams[p.team].redirects == 0 else "retire"
         if remedy == "fork":
             found = _fork_source(state, forked)
             remedy = "fork" if found else "spawn"
@@ -131,10 +141,15 @@ def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
             else:
                 strategy = "explorer" if team.strategy != "explorer" else "refiner"
                 start = elite.cid if elite else None
+            directive = (f"Your {team.strategy} search stopped paying off; switch to "
+                         f"{strategy} search" + (f" around {start}." if start else "."))
+            if p.kind == "repeating":
+                directive = (f"Your last attempts repeated {', '.join(p.evidence)}, already "
+                             "evaluated: nothing is learned from a repeat. Try a different kind "
+                             f"of change ({strategy} search)" +
+                             (f" starting from {start}." if start else "."))
             ops.append(Operation("redirect", d.cause, p.evidence, team=p.team, params={
-                "strategy": strategy, "start_from": start,
-                "directive": f"Your {team.strategy} search stopped paying off; switch to "
-                             f"{strategy} search" + (f" around {start}." if start else ".")}))
+                "strategy": strategy, "start_from": start, "directive": directive}))
             touched.add(p.team)
             continue
         if remedy in ("spawn", "fork"):
@@ -160,6 +175,7 @@ def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
                 ops.append(Operation("spawn", d.cause, p.evidence, scope=p.scope,
                                      params={"preset": "explorer"}))
             active += 1
+            room -= 1
             if p.team is None and remedy == "fork" and source is elite:
                 shares = {t.id: (2.0 if t.id == elite.team else 1.0)
                           for t in state.active_teams() if t.id not in touched}
@@ -169,6 +185,8 @@ def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
                                          [elite.cid], scope="run", params={"shares": shares}))
                 continue
         if p.team and remedy in ("spawn", "fork", "retire"):
+            if active <= 1 and remedy == "retire" and room < 1:
+                continue  # the last team stays; the no-progress rule ends a run that is stuck
             ops.append(Operation("retire", ("replaced: " if remedy != "retire" else "") +
                                  d.cause, p.evidence, team=p.team))
             touched.add(p.team)
@@ -177,6 +195,7 @@ def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
                 ops.append(Operation("spawn", "no team would be left active", p.evidence,
                                      params={"preset": "explorer"}))
                 active += 1
+                room -= 1
     return ops
 
 

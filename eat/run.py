@@ -10,6 +10,7 @@ from typing import Callable
 
 from eat import learning, supervisor
 from eat.advisor import LLMAdvisor
+from eat.budget import INTERRUPTED, Stop, llm_budget_spent
 from eat.agents.llm import LLMAgent
 from eat.agents.offline import OfflineAgent
 from eat.config import RunConfig, make_config
@@ -23,7 +24,6 @@ from eat.target import EvalConfig, Target, load_target
 from eat.team import evaluated_event, load_presets, write_notes
 from eat.workspace import Workspace
 
-INTERRUPTED = "interrupted by the user"
 
 
 def default_workspace(target: Target) -> Path:
@@ -72,9 +72,12 @@ def llm_client(ctx: RunContext, model: str) -> LLMClient:
                            attempts=c.llm_attempts, backoff_s=c.llm_backoff_s,
                            input_cost_per_token=c.input_cost_per_token,
                            output_cost_per_token=c.output_cost_per_token)
+    def refuse() -> str | None:
+        stop = llm_budget_spent(ctx.state, c)
+        return str(stop) if stop else None
+
     return LLMClient(settings, record=lambda call: ctx.record(LLMCalled(**call.model_dump())),
-                     spent=lambda: ctx.state.usage.cost_usd, max_cost=c.max_cost_usd,
-                     sleep=ctx.sleep)
+                     refuse=refuse, sleep=ctx.sleep)
 
 
 def _advisor(ctx: RunContext) -> LLMAdvisor | None:
@@ -89,7 +92,7 @@ def _advisor(ctx: RunContext) -> LLMAdvisor | None:
 def start_run(target_path: Path, workspace: Path | None = None, *,
               on_event: Callable[[Event, RunState], None] | None = None,
               runner: Runner | None = None, eval_config: EvalConfig | None = None,
-              sleep: Callable[[float], None] = time.sleep, **overrides) -> tuple[Path, str]:
+              sleep: Callable[[float], None] = time.sleep, **overrides) -> tuple[Path, Stop]:
     """Create a workspace for the target and run it; returns (workspace, why it stopped)."""
     target = load_target(target_path)
     config = make_config(target=str(Path(target_path).resolve()), **overrides)
@@ -139,7 +142,7 @@ def _begin(ctx: RunContext) -> None:
 
 def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] | None = None,
                runner: Runner | None = None, eval_config: EvalConfig | None = None,
-               sleep: Callable[[float], None] = time.sleep, **budgets) -> tuple[Path, str]:
+               sleep: Callable[[float], None] = time.sleep, **budgets) -> tuple[Path, Stop]:
     """Continue a stopped or crashed run; budgets given are totals for the whole run."""
     ws = Workspace.open(workspace)
     with ws.lock():
@@ -186,18 +189,18 @@ def _recover(ctx: RunContext) -> list[str]:
     return recovered
 
 
-def _loop(ctx: RunContext) -> str:
+def _loop(ctx: RunContext) -> Stop:
     try:
         try:
-            reason = supervisor.run(ctx)
+            stop = supervisor.run(ctx)
         except KeyboardInterrupt:
-            reason = INTERRUPTED
-        ctx.record(RunStopped(reason=reason))
+            stop = Stop(INTERRUPTED, "interrupted by the user")
+        ctx.record(RunStopped(reason=stop.message, code=stop.code))
         learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
-        ctx.ws.commit(f"run stopped: {reason}")
+        ctx.ws.commit(f"run stopped: {stop}")
     finally:
         ctx.ws.flush()
-    return reason
+    return stop
 
 
 def run_status(workspace: Path) -> dict:
@@ -207,15 +210,20 @@ def run_status(workspace: Path) -> dict:
     events, _ = ws.read_events()
     state = RunState.from_events(events, config.plateau)
     best = state.best
-    stopped = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
-                                                              "run_started")), None)
+    last = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
+                                                           "run_started")), None)
+    stopped = last if last and last.type == "run_stopped" else None
     return {
         "workspace": str(ws.paths.root),
         "target": state.target,
         "running": ws.is_locked(),
-        "stopped": stopped.reason if stopped and stopped.type == "run_stopped" else None,
-        "evaluations": state.evaluations,
+        "stopped": (stopped.code or stopped.reason) if stopped else None,
+        "stop_reason": stopped.reason if stopped else None,
+        "evaluations": state.spent_evals,
+        "candidates": state.evaluations,
+        "retimes": state.retimes,
         "max_evals": config.max_evals,
+        "failed_attempts": state.failed_attempts,
         "elapsed_s": round(state.elapsed_s, 1),
         "best_speedup": best.estimate if best else None,
         "best_candidate": best.cid if best else None,
@@ -232,6 +240,7 @@ def run_status(workspace: Path) -> dict:
                    "cached": state.usage.cached},
         "cost_usd": round(state.usage.cost_usd, 6),
         "llm_calls": state.usage.calls,
+        "max_llm_calls": config.llm_call_cap(),
         "llm_failed_calls": state.usage.failed_calls,
         "llm_unpriced_calls": state.usage.unpriced_calls,
     }

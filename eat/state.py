@@ -16,6 +16,7 @@ from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, 
                         PlanUpdated, PlateauDetected, RestructureScored, Restructured,
                         RunStarted, SupervisorAdvised, TeamSpawned)
 
+PLATEAU_KINDS = ("stalled", "failing", "exhausted", "converged", "repeating")
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 LESSONS_KEPT, LESSONS_BATCH = 40, 16
 
@@ -70,6 +71,8 @@ class Team:
     exhausted: bool = False    # set by the agent at run time, not from events
     offset: float = 0.0        # turns credited at spawn, so a new team does not catch up
     failed_attempts: int = 0   # turns that produced no candidate (malformed reply, outage)
+    repeats: int = 0           # duplicate attempts since its last evaluation
+    repeated: list[str] = field(default_factory=list)  # the candidates they repeated, latest last
     usage: "Usage" = field(default_factory=lambda: Usage())
     plan: list[dict] = field(default_factory=list)   # {idea, expected_gain, tried: cid|None}
 
@@ -128,8 +131,12 @@ class RunState:
         self.target = ""
         self.teams: dict[str, Team] = {}
         self.candidates: dict[str, Candidate] = {}
-        self.hashes: set[str] = set()
-        self.evaluations = 0
+        self.hashes: dict[str, str] = {}   # source hash -> the candidate that had it
+        self.evaluations = 0               # candidates evaluated
+        self.retimes = 0                   # re-times of an elite (they spend evaluations too)
+        self.failed_attempts = 0           # turns without a candidate, outages aside
+        self.attempts_since_eval = 0
+        self.repeated_since_eval: dict[str, int] = {}  # candidate -> duplicates of it since
         self.leaders: list[Candidate] = []
         self.since_improvement = 0
         self.recent: deque[Candidate] = deque(maxlen=64)
@@ -144,7 +151,9 @@ class RunState:
         self.older_ids: list[str] = []
         self.applied_keys: set[str] = set()
         self.plateaus = 0
-        self.flagged: dict[tuple, int] = {}  # plateau key -> its counter when last declared
+        # (scope, team, kind) -> the counter when that plateau was declared; cleared when the
+        # counter resets, so each stretch of no progress is declared once per window.
+        self.flagged: dict[tuple, int] = {}
         self.restructures = 0
         self.elapsed_s = 0.0
         self.seq = 0
@@ -169,6 +178,11 @@ class RunState:
     @property
     def best_speedup(self) -> float | None:
         return self.best.estimate if self.best else None
+
+    @property
+    def spent_evals(self) -> int:
+        """Evaluations spent against the budget: candidates and re-times."""
+        return self.evaluations + self.retimes
 
     def threshold(self) -> float:
         """Smallest relative gain that counts: the elite's measured spread, at least min_gain."""
@@ -218,27 +232,41 @@ class RunState:
                 if e.team in self.teams:
                     self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
             case AttemptFailed():
-                team = self.teams.get(e.team)
-                # An outage is the provider's failure, not the team's: it must not make a
-                # team look failing or stalled (and so retired).
-                if team and e.kind != "outage":
-                    team.failed_attempts += 1
-                    team.failures += 1
-                    team.since_improvement += 1
+                self._attempt_failed(e)
             case RestructureScored():
                 self.pending = [p for p in self.pending if p.seq != e.restructure]
                 self._lesson(("scored", e, self.restructure_ops.get(e.restructure, "")),
                              [e.by] if e.by else [])
 
+    def _attempt_failed(self, e: AttemptFailed) -> None:
+        # An outage is the provider's failure, not the team's: it must not make a team look
+        # failing or stalled (and so retired), nor the run look stuck.
+        if e.kind == "outage":
+            return
+        self.failed_attempts += 1
+        self.attempts_since_eval += 1
+        team = self.teams.get(e.team)
+        if team:
+            team.failed_attempts += 1
+            team.failures += 1
+            team.since_improvement += 1
+        if e.repeats:
+            self.repeated_since_eval[e.repeats] = self.repeated_since_eval.get(e.repeats, 0) + 1
+            if team:
+                team.repeats += 1
+                team.repeated = [c for c in team.repeated if c != e.repeats][-4:] + [e.repeats]
+
     def _evaluated(self, e: CandidateEvaluated) -> None:
         self.evaluations += 1
+        self.attempts_since_eval = 0
+        self.repeated_since_eval = {}
         c = Candidate(cid=e.candidate, team=e.team, seq=e.seq, index=self.evaluations,
                       status=e.status, knobs=e.knobs, source_hash=e.source_hash,
                       speedup=e.speedup, noise=e.noise, gflops=e.gflops,
                       vendor_gflops=e.vendor_gflops, idea=e.idea, message=e.message,
                       measurements=[e.speedup] if e.speedup is not None else [])
         self.candidates[c.cid] = c
-        self.hashes.add(c.source_hash)
+        self.hashes.setdefault(c.source_hash, c.cid)
         self.recent.append(c)
         team = self.teams.get(e.team)
         threshold = self.threshold()
@@ -246,9 +274,14 @@ class RunState:
             team.plan[e.plan_item]["tried"] = c.cid
         if team:
             team.evals += 1
+            team.repeats = 0
+            self._clear("team", team.id, "repeating")
             team.failures = 0 if c.status == "ok" else team.failures + 1
+            if c.status == "ok":
+                self._clear("team", team.id, "failing")
             if _better(c.estimate, team.best_estimate, threshold):
                 team.since_improvement = 0
+                self._clear("team", team.id, "stalled", "converged")
             else:
                 team.since_improvement += 1
             if c.estimate is not None and (team.best_estimate is None
@@ -257,6 +290,7 @@ class RunState:
         previous = self.best
         if _better(c.estimate, self.best_speedup, threshold):
             self.since_improvement = 0
+            self._clear("run", None, "stalled")
         else:
             self.since_improvement += 1
         if c.estimate is not None:
@@ -274,6 +308,11 @@ class RunState:
             for knob, value in c.knobs.items():
                 self.knob_stats.setdefault((knob, str(value)), [0, None, None])[0] += 1
 
+    def _clear(self, scope: str, team: str | None, *kinds: str) -> None:
+        """A counter was reset: a plateau of these kinds may be declared again."""
+        for kind in kinds:
+            self.flagged.pop((scope, team, kind), None)
+
     def _lesson(self, record: tuple, ids: list[str]) -> None:
         if len(self.lesson_log) >= LESSONS_KEPT:
             for _, old_ids in self.lesson_log[:LESSONS_BATCH]:
@@ -290,6 +329,7 @@ class RunState:
         del self.leaders[LEADERS:]
 
     def _retimed(self, e: EliteRetimed) -> None:
+        self.retimes += 1
         self.retimed.add(e.candidate)
         c = self.candidates.get(e.candidate)
         if c is None:
@@ -314,8 +354,9 @@ class RunState:
             for x in self.recent:
                 if x.index > c.index and _better(x.estimate, ref, threshold):
                     ref, last = x.estimate, x.index
-            if last is not None:
-                self.since_improvement = min(self.since_improvement, self.evaluations - last)
+            if last is not None and self.evaluations - last < self.since_improvement:
+                self.since_improvement = self.evaluations - last
+                self._clear("run", None, "stalled")
 
     def _restructured(self, e: Restructured) -> None:
         self.restructures += 1
@@ -325,9 +366,12 @@ class RunState:
         team = self.teams.get(e.team) if e.team else None
         if e.scope == "run":
             self.since_improvement = 0
+            self._clear("run", None, "stalled")
         if team:
+            self._clear("team", team.id, *PLATEAU_KINDS)
             team.since_improvement = 0
             team.failures = 0
+            team.repeats = 0
             if e.op == "retire":
                 team.state = "retired"
             elif e.op == "redirect":

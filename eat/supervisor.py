@@ -17,6 +17,7 @@ from typing import TypedDict
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
+from eat.budget import Stop, why_stop
 from eat.context import RunContext
 from eat.events import AttemptFailed, EliteRetimed, SupervisorAdvised
 from eat.llm import BudgetSpent, LLMError
@@ -29,7 +30,6 @@ from eat.workspace import source_name
 
 
 PRUNE_EVERY = 50  # steps between clearing the checkpoint history
-FAILED = "failed:"  # a stop reason that starts so means the run failed (exit 1)
 # Non-retryable LLM errors that no later call will escape: stop the run and say why.
 _FATAL = re.compile(r"AuthenticationError|PermissionDenied|NotFoundError|PaymentRequired|"
                     r"LiteLLMUnknownProvider")
@@ -38,23 +38,17 @@ _FATAL = re.compile(r"AuthenticationError|PermissionDenied|NotFoundError|Payment
 class Step(TypedDict, total=False):
     step: int
     at_seq: int
-    stop: str | None
+    stop: dict | None                # a Stop's fields: the step ended the run
     plateaus: list[dict]
     diagnoses: list[dict]
     advised: list[dict] | None       # the LLM supervisor's operations, when it gave valid ones
     dispatched: str | None
 
 
-def budget_left(ctx: RunContext) -> str | None:
-    """Why the run must stop now, or None."""
-    cfg = ctx.config
-    if ctx.state.evaluations >= cfg.max_evals:
-        return f"evaluation budget reached ({ctx.state.evaluations} of {cfg.max_evals})"
-    if cfg.max_time_s is not None and ctx.elapsed() >= cfg.max_time_s:
-        return f"time budget reached ({ctx.elapsed():.0f} s of {cfg.max_time_s:g} s)"
-    if cfg.max_cost_usd is not None and ctx.state.usage.cost_usd >= cfg.max_cost_usd:
-        return f"cost budget reached (${ctx.state.usage.cost_usd:.4f} of ${cfg.max_cost_usd:g})"
-    return None
+def should_stop(ctx: RunContext) -> Stop | None:
+    """Why the run stops now: what a turn found (no team left, an unusable model), else the
+    budgets and the no-progress rule."""
+    return ctx.halt or why_stop(ctx.state, ctx.config, ctx.elapsed())
 
 
 def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
@@ -75,14 +69,15 @@ def build_graph(ctx: RunContext) -> StateGraph:
             commit_step(ctx, "; ".join(f"restructure #{v.restructure} "
                                        f"{'helped' if v.helped else 'did not help'}"
                                        for v in verdicts), [])
-        return {"stop": budget_left(ctx), "at_seq": ctx.state.seq}
+        stop = should_stop(ctx)
+        return {"stop": asdict(stop) if stop else None, "at_seq": ctx.state.seq}
 
     def detect(s: Step) -> Step:
         if not ctx.config.supervise:
             return {"plateaus": [], "at_seq": ctx.state.seq}
         plateaus = detect_plateaus(ctx.state, ctx.config.plateau)
         elite = elite_to_retime(ctx.state, plateaus)
-        if elite:
+        if elite and ctx.state.spent_evals < ctx.config.max_evals:  # a re-time is an evaluation
             retime(ctx, elite)
             plateaus = detect_plateaus(ctx.state, ctx.config.plateau)
         for p in plateaus:
@@ -111,7 +106,8 @@ def build_graph(ctx: RunContext) -> StateGraph:
         if s.get("advised") is not None:
             ops = [Operation(**op) for op in s["advised"]]
         else:
-            ops = decide(found, ctx.state, ctx.config.max_teams, ctx.config.plateau.team_window)
+            ops = decide(found, ctx.state, ctx.config.max_teams, ctx.config.plateau.team_window,
+                         ctx.config.spawn_cap())
         messages, teams = [], []
         for i, op in enumerate(ops):
             key = f"{s['at_seq']}:{i}"
@@ -131,28 +127,29 @@ def build_graph(ctx: RunContext) -> StateGraph:
         return {}
 
     def dispatch(s: Step) -> Step:
-        if stop := budget_left(ctx):  # a step replayed after a crash may find the budget spent
-            return {"stop": stop}
+        """One team's turn; what ends the run is left for the next step's observe to say."""
+        if should_stop(ctx):  # a step replayed after a crash may find the budget spent
+            return {}
         while (team := pick_team(ctx)) is not None:
             try:
                 event = team_step(team, ctx)
-            except BudgetSpent as e:
-                return {"stop": f"cost budget reached: {e}"}
+            except BudgetSpent:
+                return {}
             except LLMError as e:
                 if not e.retryable and _FATAL.search(str(e)):
-                    return {"stop": f"{FAILED} LLM unusable: {e}"}  # a key or model problem
+                    ctx.halt = Stop("llm_unusable", str(e))  # a key or model problem
+                    return {}
                 ctx.record(AttemptFailed(team=team.id, kind="outage" if e.retryable
                                          else "llm_error", reason=str(e)))
                 if e.retryable:
                     ctx.pause()  # an outage pauses the teams; the run goes on afterwards
-                return {"dispatched": None}
+                return {}
             if event is None:
                 write_notes(team, ctx)  # exhausted: the next step's detection retires it
                 continue
-            if isinstance(event, AttemptFailed):
-                return {"dispatched": None}
-            return {"dispatched": event.candidate}
-        return {"stop": "search space exhausted: no team has anything left to try"}
+            return {"dispatched": getattr(event, "candidate", None)}
+        ctx.halt = Stop("exhausted", "no team has anything left to try")
+        return {}
 
     g = StateGraph(Step)
     for name, fn in [("observe", observe), ("detect", detect), ("diagnose", diagnose_node),
@@ -167,7 +164,7 @@ def build_graph(ctx: RunContext) -> StateGraph:
     return g
 
 
-def run(ctx: RunContext) -> str:
+def run(ctx: RunContext) -> Stop:
     """Step the supervisor until a budget or the search runs out; returns why it stopped."""
     ctx.ws.paths.state.mkdir(exist_ok=True)
     conn = sqlite3.connect(ctx.ws.paths.checkpoint, check_same_thread=False)
@@ -184,13 +181,13 @@ def run(ctx: RunContext) -> str:
         if snap.next:  # the last step was cut short: finish it first
             out = graph.invoke(None, cfg, durability="sync")
             if out.get("stop"):
-                return out["stop"]
+                return Stop(**out["stop"])
         while True:
             n += 1
             out = graph.invoke({"step": n, "stop": None, "plateaus": [], "diagnoses": [],
                                 "advised": None, "dispatched": None}, cfg, durability="sync")
             if out.get("stop"):
-                return out["stop"]
+                return Stop(**out["stop"])
             if n % PRUNE_EVERY == 0:
                 # Between steps the checkpoint holds nothing a resume needs: keep it small.
                 saver.delete_thread(cfg["configurable"]["thread_id"])

@@ -79,7 +79,8 @@ def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | No
     except AttemptError as e:
         if e.plan:
             ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in e.plan]))
-        return ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e)))
+        return ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e),
+                                        repeats=e.repeats))
     if proposal is None:
         team.exhausted = True
         return None
@@ -87,13 +88,14 @@ def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | No
         ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in proposal.plan]))
     event, ev = _evaluate(team, proposal, ctx)
     for _ in range(ctx.config.repairs if hasattr(agent, "repair") else 0):
-        if event.status == "ok" or ctx.state.evaluations >= ctx.config.max_evals:
+        if event.status == "ok" or ctx.state.spent_evals >= ctx.config.max_evals:
             break
         failed = ctx.state.candidates[event.candidate]
         try:
             proposal = agent.repair(team, ctx.state, failed, ev.compile_log + ev.stderr)
         except AttemptError as e:
-            ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e)))
+            ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e),
+                                     repeats=e.repeats))
             break
         event, ev = _evaluate(team, proposal, ctx)
     return event

@@ -71,12 +71,22 @@ def test_client_errors_are_not_retried(llm_server, status):
     assert not e.value.retryable and len(llm_server.requests) == 1
 
 
-def test_no_call_starts_once_the_cost_cap_is_reached(llm_server):
+def test_no_call_starts_once_the_budget_refuses(llm_server):
     calls = []
-    c = client(llm_server, calls, spent=lambda: 0.5, max_cost=0.5)
-    with pytest.raises(BudgetSpent):
+    c = client(llm_server, calls, refuse=lambda: "LLM spend reached $0.5 of $0.5")
+    with pytest.raises(BudgetSpent, match="spend reached"):
         c.chat([{"role": "user", "content": "x"}], agent="a")
     assert llm_server.requests == [] and calls == []
+
+
+def test_a_budget_spent_between_retries_stops_them(llm_server):
+    llm_server.error(503)
+    llm_server.error(503)
+    calls = []
+    c = client(llm_server, calls, attempts=5, refuse=lambda: "no calls left" if calls else None)
+    with pytest.raises(BudgetSpent, match="no calls left"):
+        c.chat([{"role": "user", "content": "x"}], agent="a")
+    assert len(llm_server.requests) == 1 and [x.ok for x in calls] == [False]
 
 
 def test_secrets_in_error_messages_are_masked(monkeypatch):

@@ -71,8 +71,8 @@ def test_the_models_faster_kernel_becomes_the_best_and_tokens_are_counted(
     script.reply(fenced(fast), prompt_tokens=3000, completion_tokens=400, cached_tokens=0)
     script.reply(fenced(faster, "Add -ffast-math."), prompt_tokens=3100,
                  completion_tokens=420, cached_tokens=2800)
-    _, reason = run(quick_matmul, tmp_path / "ws", llm_server)
-    assert reason.startswith("evaluation budget reached")
+    _, stop = run(quick_matmul, tmp_path / "ws", llm_server)
+    assert stop.code == "max_evals"
     st = run_status(tmp_path / "ws")
     assert st["best_speedup"] > 2 and st["best_candidate"] in ("c0001", "c0002")
     assert script.planner_calls == 1       # one plan of two ideas serves both turns
@@ -127,16 +127,16 @@ def test_the_cost_cap_stops_new_calls_mid_run(quick_matmul, tmp_path, llm_server
     _, fast, faster = kernels(quick_matmul)
     Script(llm_server).reply(fenced(fast), prompt_tokens=1000, completion_tokens=100) \
         .reply(fenced(faster), prompt_tokens=1000, completion_tokens=100)
-    _, reason = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=5,
+    _, stop = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=5,
                     max_cost_usd=0.0015, input_cost_per_token=1e-6,
                     output_cost_per_token=1e-6)
-    assert reason.startswith("cost budget reached")
+    assert stop.code == "max_cost"
     # planner 0.55 m$, coder 1.1 m$: over the cap after the second call, and no third call
     assert len(llm_server.requests) == 2
     assert run_status(tmp_path / "ws")["cost_usd"] == pytest.approx(0.00165)
     # The spend survives resume: a cap of 2 m$ for the whole run allows one more call only.
-    _, reason = resume_run(tmp_path / "ws", max_cost_usd=0.002, sleep=lambda s: None)
-    assert reason.startswith("cost budget reached")
+    _, stop = resume_run(tmp_path / "ws", max_cost_usd=0.002, sleep=lambda s: None)
+    assert stop.code == "max_cost"
     assert len(llm_server.requests) == 3
     assert run_status(tmp_path / "ws")["cost_usd"] == pytest.approx(0.00275)
 
@@ -153,9 +153,9 @@ def test_an_outage_pauses_the_teams_and_the_run_goes_on(quick_matmul, tmp_path, 
         pauses.append(seconds)
         if len([p for p in pauses if p >= 30]) == 2:
             script.reply(fenced(fast))          # the provider comes back
-    _, reason = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1, llm_attempts=2,
+    _, stop = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1, llm_attempts=2,
                     sleep=sleep)
-    assert reason.startswith("evaluation budget reached")
+    assert stop.code == "max_evals"
     outages = events(tmp_path / "ws", "attempt_failed")
     assert [o.kind for o in outages] == ["outage", "outage"]
     assert [p for p in pauses if p >= 30] == [30.0, 60.0]
@@ -190,6 +190,35 @@ def test_a_rejected_key_stops_the_run_as_failed(quick_matmul, tmp_path, llm_serv
                            "--max-evals", "3"], capture_output=True, text=True, timeout=300,
                           env=os.environ | {"OPENAI_API_KEY": SECRET})
     assert done.returncode == 1
-    assert "failed: LLM unusable" in done.stdout and "AuthenticationError" in done.stdout
+    assert "stopped: llm_unusable" in done.stdout and "AuthenticationError" in done.stdout
     assert run_status(ws)["evaluations"] == 0
     assert len(llm_server.requests) == 2            # the plan, then the rejected coder call
+
+
+@pytest.mark.slow
+def test_a_model_that_repeats_one_kernel_ends_the_run_with_bounded_spend(
+        quick_matmul, tmp_path, llm_server):
+    # Every reply, to the planner, the coders and the supervisor alike, is the same correct
+    # kernel: real models repeat themselves, and that must not run the loop away.
+    _, fast, _ = kernels(quick_matmul)
+    llm_server.default = lambda req: Reply(fenced(fast), prompt_tokens=1000,
+                                           completion_tokens=200)
+    ws = tmp_path / "ws"
+    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w", str(ws),
+                           "--model", MODEL, "--supervisor-model", MODEL,
+                           "--api-base", llm_server.base_url, "--max-evals", "8"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr
+    assert "stopped: no_progress" in done.stdout and "c0001" in done.stdout
+    st = run_status(ws)
+    assert st["stopped"] == "no_progress" and "repeated c0001" in st["stop_reason"]
+    assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
+    assert st["llm_calls"] == len(llm_server.requests) <= 80
+    assert len(st["teams"]) <= 12
+    # The repeating team was told which candidate it repeated, then steered.
+    told = [r for r in llm_server.requests
+            if "Your last replies repeated candidates already evaluated" in json.dumps(r.messages)]
+    assert told and "c0001" in json.dumps(told[0].messages)
+    kinds = {(e.op, e.reason.split(":")[0]) for e in events(ws, "restructured")}
+    assert any(op == "redirect" for op, _ in kinds)
+    assert {e.kind for e in events(ws, "plateau_detected")} >= {"repeating"}

@@ -14,6 +14,7 @@ from eat.config import PlateauConfig
 from eat.errors import BadInput
 from eat.run import resume_run, run_status, start_run
 from eat.workspace import Workspace
+from fake_runner import FakeRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,39 +31,55 @@ def candidate_events(ws: Path):
 def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     ws = tmp_path / "ws"
     seen = []
-    path, reason = start_run(quick_matmul, ws, max_evals=12, on_event=lambda e, s: seen.append(e),
-                             plateau=PlateauConfig(team_window=3, run_window=4, min_gain=0.3,
-                                                     score_after=3))
-    assert path == ws and reason == "evaluation budget reached (12 of 12)"
+    path, stop = start_run(quick_matmul, ws, max_evals=12, on_event=lambda e, s: seen.append(e))
+    assert path == ws and stop.code == "max_evals" and stop.exit_code == 0
     st = run_status(ws)
     assert st["evaluations"] == 12 and not st["running"] and st["best_speedup"] > 2
+    assert st["stopped"] == "max_evals" and "12 evaluations of 12" in st["stop_reason"]
+    assert st["candidates"] + st["retimes"] == 12
     assert {t["state"] for t in st["teams"]} <= {"active", "retired"}
     assert st["tokens"] == {"prompt": 0, "completion": 0, "cached": 0} and st["cost_usd"] == 0
     types = [e.type for e in seen]
     assert types[0] == "run_started" and types[-1] == "run_stopped"
-    first_plateau = types.index("plateau_detected")
-    assert "restructured" in types[first_plateau:]
     best = st["best_candidate"]
     assert (ws / "best" / "CANDIDATE").read_text().strip().endswith(best)
     assert json.loads((ws / "best" / "result.json").read_text())["status"] == "ok"
     learning = (ws / "LEARNING.md").read_text()
     assert best in learning and "## Dead ends" in learning
     log = Workspace.open(ws).repo.git.log("--format=%s")
-    assert log.count("\n") + 1 >= 12 and "run started on cpu_matmul" in log
+    assert log.count("\n") + 1 >= st["candidates"] and "run started on cpu_matmul" in log
 
-    _, reason = resume_run(ws, max_evals=16)
-    assert reason == "evaluation budget reached (16 of 16)"
+    _, stop = resume_run(ws, max_evals=16)
+    assert stop.code == "max_evals"
     cands = candidate_events(ws)
-    assert [c.candidate for c in cands] == [f"c{i:04d}" for i in range(1, 17)]
-    assert len({c.source_hash for c in cands}) == 16
-    assert run_status(ws)["best_speedup"] >= st["best_speedup"] * 0.9
+    again = run_status(ws)
+    assert again["evaluations"] == 16 and len(cands) == again["candidates"]
+    assert [c.candidate for c in cands] == [f"c{i:04d}" for i in range(1, len(cands) + 1)]
+    assert len({c.source_hash for c in cands}) == len(cands)
+    assert again["best_speedup"] >= st["best_speedup"] * 0.9
 
     done = subprocess.run(eat_cmd("status", str(ws), "--json"), capture_output=True, text=True)
     assert done.returncode == 0
     data = json.loads(done.stdout)
-    assert {"best_speedup", "evaluations", "teams", "tokens", "cost_usd"} <= data.keys()
+    assert {"best_speedup", "evaluations", "teams", "tokens", "cost_usd", "stopped"} <= data.keys()
     assert all({"id", "state"} <= t.keys() for t in data["teams"])
-    assert data["evaluations"] == 16
+    assert data["evaluations"] == 16 and data["stopped"] == "max_evals"
+
+
+def test_a_plateau_is_restructured_and_the_restructure_scored(quick_matmul, tmp_path):
+    # Scripted speedups (a fake runner): ikj order is the only gain a one-knob climb finds, so
+    # the coordinate team stalls at once and the supervisor must act.
+    runner = FakeRunner(lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0)
+    seen = []
+    _, stop = start_run(quick_matmul, tmp_path / "ws", runner=runner, max_evals=30,
+                        teams=["coordinate"], on_event=lambda e, s: seen.append(e),
+                        plateau=PlateauConfig(team_window=3, run_window=4, score_after=3))
+    assert stop.code in ("max_evals", "exhausted")
+    types = [e.type for e in seen]
+    first_plateau = types.index("plateau_detected")
+    assert "restructured" in types[first_plateau:]
+    assert "restructure_scored" in types
+    assert runner.calls == run_status(tmp_path / "ws")["evaluations"]
 
 
 def test_bad_inputs_exit_2_and_touch_nothing(tmp_path, quick_matmul):
@@ -147,17 +164,17 @@ def _ours(pid: str, ws: Path) -> bool:
 @pytest.mark.slow
 def test_time_budget_is_a_total_over_sessions(tmp_path, quick_matmul):
     ws = tmp_path / "ws"
-    _, reason = start_run(quick_matmul, ws, max_evals=100, max_time_s=2)
-    assert reason.startswith("time budget reached")
+    _, stop = start_run(quick_matmul, ws, max_evals=100, max_time_s=2)
+    assert stop.code == "max_time"
     first = run_status(ws)
     assert first["elapsed_s"] >= 2 and first["evaluations"] >= 1
-    _, reason = resume_run(ws, max_time_s=first["elapsed_s"] + 3)
-    assert reason.startswith("time budget reached")
+    _, stop = resume_run(ws, max_time_s=first["elapsed_s"] + 3)
+    assert stop.code == "max_time"
     second = run_status(ws)
     assert second["evaluations"] > first["evaluations"]
     assert first["elapsed_s"] + 3 <= second["elapsed_s"] < first["elapsed_s"] + 3 + 30
-    _, reason = resume_run(ws)            # the budget is spent: nothing more runs
-    assert reason.startswith("time budget reached")
+    _, stop = resume_run(ws)            # the budget is spent: nothing more runs
+    assert stop.code == "max_time"
     assert run_status(ws)["evaluations"] == second["evaluations"]
 
 

@@ -246,10 +246,10 @@ def test_an_llm_team_writes_python_candidates(dps, tmp_path, llm_server):
         return Reply(f"Multiply straight into out.\n\n```python\n{fast}```\n")
 
     llm_server.default = answer
-    ws, reason = start_run(dps.root, tmp_path / "ws", model="openai/eat-test-model",
+    ws, stop = start_run(dps.root, tmp_path / "ws", model="openai/eat-test-model",
                            api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
                            repairs=0, llm_backoff_s=0, llm_timeout_s=10, sleep=lambda s: None)
-    assert reason.startswith("evaluation budget reached")
+    assert stop.code == "max_evals"
     assert run_status(ws)["best_candidate"] == "c0001"
     kept = next((ws / "teams").glob("*/candidates/c0001/candidate.py"))
     assert kept.read_text() == fast

@@ -51,9 +51,9 @@ class AttemptError(EatError):
 
     code = "attempt_failed"
 
-    def __init__(self, kind: str, reason: str):
+    def __init__(self, kind: str, reason: str, repeats: str | None = None):
         super().__init__(reason)
-        self.kind = kind
+        self.kind, self.repeats = kind, repeats
         self.plan: list[PlanItem] | None = None
 
 
@@ -68,6 +68,13 @@ def _idea(reply: str) -> str:
         if text and not text.startswith(("```", "~~~", "<<<<<<<")):
             return text[:200]
     return "(no description)"
+
+
+def _known(state: RunState, cid: str) -> str:
+    """A candidate as a repeating team is told about it: id, result, what it tried."""
+    c = state.candidates[cid]
+    result = f"{c.estimate:.2f}x" if c.estimate is not None else c.status
+    return f"{cid} by {c.team} ({result}: {c.what[:120]})"
 
 
 def _takes_cache_markers(model: str) -> bool:
@@ -123,7 +130,9 @@ class LLMAgent:
             new_plan = self._plan(team, recent)
             plan = [p.model_dump() | {"tried": None} for p in new_plan or []]
         item = next((i for i, p in enumerate(plan) if not p["tried"]), None)
+        repeated = [_known(state, cid) for cid in team.repeated] if team.repeats else []
         changing = render("coder.md.j2", team=team, role="coder", recent=recent,
+                          repeated=repeated,
                           language=self.target.fence,
                           idea=plan[item]["idea"] if item is not None else None,
                           parent=parent and {"cid": parent.cid, "source": source,
@@ -179,6 +188,7 @@ class LLMAgent:
             parsed = parse_reply(reply, original, entry)
             if parsed.error:
                 raise AttemptError("malformed", parsed.error)
-        if source_hash(parsed.source) in state.hashes:
-            raise AttemptError("duplicate", "the reply repeats a candidate already evaluated")
+        known = state.hashes.get(source_hash(parsed.source))
+        if known:
+            raise AttemptError("duplicate", f"the reply repeats {_known(state, known)}", known)
         return Proposal(source=parsed.source, idea=_idea(reply), parent=parent)
