@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from eat.agents.offline import render
-from eat.runners.cpu import CFLAGS_LINE
+from eat.runners.native import CFLAGS_LINE
 from eat.runners.verify import Mismatch, compare, poison
 from eat.target import Target, eval_expr, load_target
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+import eat
 from eat.errors import BadInput, EatError
 from eat.runners.sandbox import Completed
 from eat.target import LANGUAGES, NATIVE, EvalConfig, Target, geomean
@@ -146,6 +148,12 @@ def read_result(job: dict, run: Completed, cfg: EvalConfig) -> dict:
         f"exited with code {run.returncode}"
     tail = run.stderr.strip().splitlines()[-1:] or [""]
     return {"status": "crash", "message": f"{why} during {job['mode']} {tail[0][:200]}".strip()}
+
+
+def eat_pythonpath() -> str:
+    """PYTHONPATH for a child that runs `python -m eat.runners...` (eat may not be installed)."""
+    pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
+    return os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
 
 
 class Runner(Protocol):

@@ -1,209 +1,31 @@
-"""The CPU runner: C candidates built with the system compiler, checked in contained processes.
+"""The CPU runner: C candidates built with the system compiler, timed on one pinned core.
 
-build (cc -shared) -> verify (fresh process) -> time (fresh process, under the device lock, the
-baseline and vendor timed in the same process, interleaved with the candidate). The pipeline is
-NativeRunner's, shared with the GPU runner (gpu.py); CpuRunner says how to build and pin.
+The pipeline (build -> verify -> time) is NativeRunner's (native.py); CpuRunner says how to
+build, which flags a candidate may ask for, and how the harness child is limited and pinned.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
-import secrets
 import shutil
-import subprocess
-import sys
-import tempfile
-import time
-from abc import ABC, abstractmethod
 from functools import lru_cache
 from pathlib import Path
 
-import eat
-from eat.cache import builds_dir, device_lock
 from eat.runners import sandbox
-from eat.runners.base import (Evaluation, HarnessError, Peaks, read_result, source_hash,
-                              summarize)
-from eat.target import Build, EvalConfig, Target, eval_expr
-
-CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
-_FLAG_OK = re.compile(r"-O[0-3sgz]?|-Ofast|-m[a-z0-9][a-z0-9.=_-]*|-f[a-z0-9][a-z0-9.=_-]*"
-                      r"|-D[A-Za-z_]\w*(=[\w.+-]*)?|-U[A-Za-z_]\w*|-std=(c|gnu)\w+|-W[\w=-]*"
-                      r"|-w|-g[0-3]?|-pthread")
-_FLAG_DENY = re.compile(r"-f(plugin|use-ld|profile|dump|record|save|stack-usage|callgraph"
-                        r"|debug-prefix|file-prefix|macro-prefix|auto-profile|sanitize"
-                        r"|instrument|coverage)")
-# Ways for a source file to pull other files of this machine into its build (and so its logs).
-_FILE_READS = re.compile(r'#\s*include\s*["<]\s*(/|[^">]*\.\.)|\.incbin|#\s*embed|__has_embed')
-
-
-def candidate_cflags(source: str, default: str, allowed: re.Pattern = _FLAG_OK,
-                     denied: re.Pattern | None = _FLAG_DENY) -> tuple[list[str], str | None]:
-    """Flags from `// eat:cflags ...` lines (else `default`), and why they are refused, if so."""
-    lines = CFLAGS_LINE.findall(source)
-    flags = " ".join(lines).split() if lines else default.split()
-    for f in flags:
-        if not allowed.fullmatch(f) or (denied and denied.match(f)):
-            return flags, f"compiler flag {f!r} is not allowed"
-    return flags, None
-
-
-def _first_error(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line:
-            return line.strip()[:300]
-    return (log.strip().splitlines() or ["compiler failed"])[0][:300]
-
-
-class NativeRunner(ABC):
-    """Build -> verify -> time for candidates compiled into a shared library (C, CUDA, HIP).
-
-    A subclass says how its compiler is called, which flags a candidate may ask for, which
-    harness module judges it and what its device is; the pipeline itself is this class.
-    """
-
-    name: str
-    suffix = ".c"  # the candidate is built from candidate<suffix>
-    harness_module = "eat.runners.harness"
-    lock_name: str  # the timing slot: one per device
-    peaks: Peaks | None = None
-    lock_down = True
-
-    @property
-    @abstractmethod
-    def device(self) -> str:
-        """The device candidates run on, for reports (part of the baseline's cache key)."""
-
-    def flags(self, source: str, default: str) -> tuple[list[str], str | None]:
-        return candidate_cflags(source, default)
-
-    @abstractmethod
-    def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
-        """The command that builds `src` into src.with_suffix('.so')."""
-
-    def child_env(self) -> dict[str, str]:
-        """Variables the compiler and the harness need beyond sandbox.clean_env's."""
-        return {}
-
-    def harness_limits(self, cfg: EvalConfig) -> sandbox.Limits:
-        return sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
-                              address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
-
-    def job_extra(self, mode: str) -> dict:
-        """Fields this runner's harness needs in a job of `mode` (verify, time)."""
-        return {}
-
-    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
-                 workdir: Path | None = None) -> Evaluation:
-        cfg = config or target.evaluation
-        ev = dict(target=target.name, runner=self.name, device=self.device,
-                  source_hash=source_hash(source),
-                  vendor=target.vendor.name if target.vendor else None)
-        durations: dict[str, float] = {}
-        flags, refused = self.flags(source, target.build.cflags)
-        if refused:
-            return Evaluation(status="rejected", message=refused, **ev)
-        if _FILE_READS.search(source):
-            return Evaluation(status="rejected", message="the source reads files outside "
-                              "itself (absolute or parent #include, .incbin, #embed)", **ev)
-        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
-            tmp = Path(tmp)
-            src = tmp / f"candidate{self.suffix}"
-            src.write_text(source)
-            t0 = time.monotonic()
-            built = self._compile(target, src, flags, cfg)
-            durations["compile_s"] = time.monotonic() - t0
-            if built.returncode != 0 or built.timed_out:
-                log = built.stderr or built.stdout
-                msg = "compiler timed out" if built.timed_out else _first_error(log)
-                return Evaluation(status="compile_error", message=msg, compile_log=log,
-                                  durations=durations, **ev)
-            compile_log = built.stderr
-            baseline_lib = self._baseline_lib(target, cfg)
-            job = self._job(target, cfg, tmp / "candidate.so")
-            t0 = time.monotonic()
-            res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
-            durations["verify_s"] = time.monotonic() - t0
-            if res["status"] != "ok":
-                return Evaluation(status=res["status"], message=res["message"],
-                                  detail=res.get("detail", {}), compile_log=compile_log,
-                                  stderr=run.stderr, durations=durations, **ev)
-            with device_lock(self.lock_name):
-                t0 = time.monotonic()
-                res, run = self._harness(job | self.job_extra("time") | {
-                    "mode": "time", "baseline_lib": str(baseline_lib),
-                    "vendor": target.vendor and {
-                        "file": str(target.path(target.vendor.file).resolve()),
-                        "function": target.vendor.function}}, tmp, cfg)
-                durations["time_s"] = time.monotonic() - t0
-            if res["status"] != "ok":
-                return Evaluation(status=res["status"], message=res["message"],
-                                  detail=res.get("detail", {}), compile_log=compile_log,
-                                  stderr=run.stderr, durations=durations, **ev)
-            summary = summarize(target, res["workloads"], self.peaks)
-            return Evaluation(status="ok", message="verified and timed", compile_log=compile_log,
-                              stderr=run.stderr, durations=durations,
-                              detail={"extra_cpu_s": res.get("extra_cpu_s", 0.0)},
-                              **summary, **ev)
-
-    # -- pieces ------------------------------------------------------------------------------
-
-    def _compile(self, target: Target, src: Path, flags: list[str],
-                 cfg: EvalConfig) -> sandbox.Completed:
-        limits = sandbox.Limits(wall_s=cfg.compile_timeout_s, cpu_s=int(cfg.compile_timeout_s),
-                                address_space_bytes=cfg.memory_mb << 20)
-        return sandbox.run(self.compile_command(target, src, flags), cwd=src.parent,
-                           env=sandbox.clean_env(src.parent, self.child_env()), limits=limits)
-
-    def _baseline_lib(self, target: Target, cfg: EvalConfig) -> Path:
-        source = target.baseline_source()
-        flags, refused = self.flags(source, target.build.cflags)
-        if refused:
-            raise HarnessError(f"{target.baseline.file}: {refused}")
-        src_name = f"candidate{self.suffix}"
-        cmd = self.compile_command(target, Path(src_name), flags)
-        # Everything the build depends on: a different GPU (arch "native") means another build.
-        key = hashlib.sha256("\0".join([source, *cmd, compiler_version(cmd[0]), self.device,
-                                        *sorted(f"{k}={v}" for k, v in self.child_env().items())
-                                        ]).encode())
-        lib = builds_dir() / f"{target.name}-baseline-{key.hexdigest()[:16]}.so"
-        if not lib.exists():
-            with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
-                src = Path(tmp) / src_name
-                src.write_text(source)
-                built = self._compile(target, src, flags, cfg)
-                if built.returncode != 0:
-                    raise HarnessError(f"{target.baseline.file} does not compile: "
-                                       f"{_first_error(built.stderr)}")
-                os.replace(src.with_suffix(".so"), lib)  # atomic: racing builders agree
-        return lib
-
-    def _job(self, target: Target, cfg: EvalConfig, lib: Path) -> dict:
-        workloads = [{"params": w, "shapes": {n: [int(eval_expr(d, w)) for d in dims]
-                                              for n, dims in target.shapes.items()}}
-                     for w in target.workloads]
-        ref = target.reference
-        return {"nonce": secrets.token_hex(16), "entry": target.entry.name,
-                "args": [a.model_dump() for a in target.args], "workloads": workloads,
-                "reference": {"file": str(target.path(ref.file).resolve()),
-                              "function": ref.function, "inputs": ref.inputs},
-                "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
-                "candidate_lib": str(lib), "lock_down": self.lock_down} | self.job_extra("verify")
-
-    def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
-        env = sandbox.clean_env(tmp, self.child_env() | {"PYTHONPATH": eat_pythonpath()})
-        run = sandbox.run([sys.executable, "-m", self.harness_module], cwd=tmp, env=env,
-                          limits=self.harness_limits(cfg), stdin=json.dumps(job))
-        run.stderr = sandbox.truncate(run.stderr, 4000)
-        return read_result(job, run, cfg), run
+from eat.runners.base import Peaks
+from eat.runners.native import CC_FLAG_DENY, CC_FLAG_OK, NativeRunner, candidate_cflags
+# Re-exported: python.py, doctor.py and bench/search_efficiency.py import them from here.
+from eat.runners.base import eat_pythonpath  # noqa: F401
+from eat.runners.native import CFLAGS_LINE, compiler_version  # noqa: F401
+from eat.target import Build, EvalConfig, Target
 
 
 class CpuRunner(NativeRunner):
     """Runner for C candidates on this machine's CPU (one core, pinned, for timing)."""
 
     name = "cpu"
+    suffix = ".c"
+    harness_module = "eat.runners.harness"
     lock_name = "cpu"
 
     def __init__(self, peaks: Peaks | None = None, cpu: int | None = None,
@@ -223,28 +45,24 @@ class CpuRunner(NativeRunner):
     def device(self) -> str:
         return f"cpu: {cpu_model()} (core {self.cpu})"
 
+    def flags(self, source: str, default: str) -> tuple[list[str], str | None]:
+        return candidate_cflags(source, default, CC_FLAG_OK, CC_FLAG_DENY)
+
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
         return [target.build.compiler_for("cpu"), "-shared", "-fPIC", "-std=gnu11", *flags,
                 "-o", str(src.with_suffix(".so")), str(src), "-lm"]
 
+    def child_env(self) -> dict[str, str]:
+        return {}  # cc and the harness need nothing beyond sandbox.clean_env's allow-list
+
+    def harness_limits(self, cfg: EvalConfig) -> sandbox.Limits:
+        # On the CPU everything the candidate maps is its own: the address space is the cap.
+        return sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
+                              address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
+
     def job_extra(self, mode: str) -> dict:
         extra = {"flush_bytes": 2 * _llc_bytes()}
         return extra | {"cpu": self.cpu} if mode == "time" else extra
-
-
-def eat_pythonpath() -> str:
-    """PYTHONPATH for a child that runs `python -m eat.runners...` (eat may not be installed)."""
-    pkg_parent = str(Path(eat.__file__).resolve().parent.parent)
-    return os.pathsep.join(filter(None, [pkg_parent, os.environ.get("PYTHONPATH")]))
-
-
-@lru_cache(maxsize=8)
-def compiler_version(compiler: str) -> str:
-    try:
-        return subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                              timeout=30).stdout.split("\n")[0]
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
 
 
 @lru_cache(maxsize=1)

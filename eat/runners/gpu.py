@@ -17,7 +17,7 @@ build: `nvcc -shared -Xcompiler -fPIC -cudart shared -arch=ARCH` (hipcc: `-share
 --offload-arch=ARCH`),
 contained -> verify and time: `python -m eat.runners.gpu_harness` (device buffers, poison by
 memset, device-wide synchronize, events; see there), timing under one lock per GPU. The pipeline
-is NativeRunner's (cpu.py). `device` picks one of the visible GPUs; the children see only that
+is NativeRunner's (native.py). `device` picks one of the visible GPUs; the children see only that
 one (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES), as their device 0.
 """
 
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from eat.errors import BadInput, RunnerUnavailable
 from eat.runners import gpurt, sandbox
-from eat.runners.base import Peaks
-from eat.runners.cpu import _FLAG_DENY, _FLAG_OK, NativeRunner, candidate_cflags, eat_pythonpath
+from eat.runners.base import Peaks, eat_pythonpath
+from eat.runners.native import CC_FLAG_DENY, CC_FLAG_OK, NativeRunner, candidate_cflags
 from eat.target import Build, EvalConfig, Target
 
 _SUFFIX = {"cuda": ".cu", "rocm": ".hip"}
@@ -51,7 +51,7 @@ _NVCC_OK = re.compile(
     r"|-Xptxas=(-v|-O[0-3]|--warn-on-spills)(,(-v|-O[0-3]|--warn-on-spills))*"
     r"|-Xcompiler=(-O[0-3]|-march=native|-ffast-math)")
 # hipcc is clang: the C compiler's allow-list (and deny-list), with C++ standards.
-_HIPCC_OK = re.compile(_FLAG_OK.pattern + r"|-std=(c|gnu)\+\+\w+")
+_HIPCC_OK = re.compile(CC_FLAG_OK.pattern + r"|-std=(c|gnu)\+\+\w+")
 _PROBE_S = 60.0
 
 
@@ -102,7 +102,7 @@ class GpuRunner(NativeRunner):
     def flags(self, source: str, default: str) -> tuple[list[str], str | None]:
         if self.name == "cuda":
             return candidate_cflags(source, default, _NVCC_OK, None)
-        return candidate_cflags(source, default, _HIPCC_OK, _FLAG_DENY)
+        return candidate_cflags(source, default, _HIPCC_OK, CC_FLAG_DENY)
 
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
         cc, arch = target.build.compiler_for(self.name), target.build.arch or "native"
