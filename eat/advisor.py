@@ -17,7 +17,7 @@ from eat.agents.llm import json_object, render
 from eat.events import speedup_text
 from eat.llm import LLMClient
 from eat.plateau import Plateau
-from eat.restructure import Operation
+from eat.restructure import Operation, arm_values
 from eat.state import RunState
 
 MAX_OPS = 4
@@ -31,7 +31,7 @@ class OpChoice(BaseModel):
     team: str | None = None
     preset: str | None = None
     start_from: str | None = None
-    strategy: Literal["coordinate", "explorer", "refiner"] | None = None
+    strategy: Literal["coordinate", "explorer", "refiner", "model"] | None = None
     directive: str | None = None
     shares: dict[str, float] | None = None
     reason: str = Field(min_length=1)
@@ -129,7 +129,12 @@ class LLMAdvisor:
         recent = [f"{c.cid} ({c.team}): {x(c.estimate) if c.estimate else c.status} — {c.what}"
                   for c in state.recent_of(None, 12)]
         learning = self.learning_path.read_text() if self.learning_path.exists() else ""
+        values = arm_values(state)
+        scores = [f"{arm}: scored {state.arm_stats.get(arm, (0, 0))[0]} times, helped "
+                  f"{state.arm_stats.get(arm, (0, 0))[1]}; worth now {v:.2f}"
+                  for arm, v in sorted(values.items(), key=lambda kv: -kv[1])]
         return render("supervisor.md.j2", target=self.target, best=state.best, teams=teams,
+                      scores=scores,
                       threshold=state.threshold(), recent=recent, plateaus=plateaus,
                       presets=self.presets, learning=learning, max_ops=MAX_OPS,
                       max_teams=self.max_teams)

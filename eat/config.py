@@ -19,10 +19,12 @@ class PlateauConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    team_window: int = Field(8, ge=2, description="Evaluations of one team without an "
-                             "improvement before that team has plateaued.")
-    run_window: int = Field(12, ge=2, description="Evaluations of the whole run without an "
-                            "improvement before the run has plateaued.")
+    team_window: int | None = Field(None, ge=2, description="Candidates of one team without "
+                                    "an improvement before that team has plateaued; None: "
+                                    "max(6, max_evals / 10).")
+    run_window: int | None = Field(None, ge=2, description="Candidates of the whole run without "
+                                   "an improvement before the run has plateaued; None: max(8, "
+                                   "max_evals / 8).")
     fail_window: int = Field(5, ge=2, description="Consecutive failed candidates of a team "
                              "that count as a failing team.")
     repeat_window: int = Field(2, ge=1, description="Attempts of a team in a row that repeat "
@@ -30,8 +32,17 @@ class PlateauConfig(BaseModel):
                                "steered, retires it).")
     min_gain: float = Field(0.02, ge=0, description="Smallest relative gain that counts, "
                             "whatever the measured noise.")
-    score_after: int = Field(8, ge=1, description="Evaluations after a restructure before its "
-                             "outcome is scored.")
+    score_after: int | None = Field(None, ge=1, description="Candidates of the team a "
+                                    "restructure created or changed before the decision is "
+                                    "scored; None: max(4, max_evals / 12).")
+
+    def resolved(self, max_evals: int) -> PlateauConfig:
+        """These settings with the windows left to the budget filled in: a short run gets
+        short windows, so it still has room for several decisions."""
+        return self.model_copy(update={
+            "team_window": self.team_window or max(6, max_evals // 10),
+            "run_window": self.run_window or max(8, max_evals // 8),
+            "score_after": self.score_after or max(4, max_evals // 12)})
 
 
 class RunConfig(BaseModel):
@@ -74,13 +85,24 @@ class RunConfig(BaseModel):
                                     "the starting ones included; None: "
                                     f"{SPAWNED_PER_TEAM} times max_teams.")
     seed: int = Field(0, description="Seed of every random choice the offline agents make.")
-    teams: list[str] = Field(["coordinate", "explorer"], min_length=1,
-                             description="Team presets spawned at the start.")
+    teams: list[str] | None = Field(None, min_length=1, description="Team presets spawned at "
+                                    "the start; None: a coordinate climb and a model of the knob "
+                                    "space for the offline agents, a coordinate and an explorer "
+                                    "team for LLM agents.")
     max_teams: int = Field(4, ge=1, description="Most teams active at once.")
     supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
                             "False keeps the starting teams as they are (a baseline to compare "
                             "the supervisor against).")
     plateau: PlateauConfig = PlateauConfig()
+
+    def start_teams(self) -> list[str]:
+        if self.teams:
+            return self.teams
+        return ["coordinate", "explorer"]
+
+    def windows(self) -> PlateauConfig:
+        """The plateau settings this run uses (windows scaled to max_evals)."""
+        return self.plateau.resolved(self.max_evals)
 
     # Defaults derived from other budgets, so that no setting leaves spend unbounded.
     def llm_call_cap(self) -> int:

@@ -48,6 +48,10 @@ class TeamSpawned(_Event):
     directive: str
     share: float = 1.0
     start_from: str | None = Field(None, description="Candidate id the team starts from.")
+    avoid: list[str] = Field([], description="Candidates whose regions the team keeps out of "
+                             "(optima already found).")
+    roles: list[str] = Field([], description="Its members (planner, coder, debugger, profiler, "
+                             "reviewer), from its preset.")
     seed: int = 0
 
 
@@ -79,7 +83,7 @@ class PlateauDetected(_Event):
     type: Literal["plateau_detected"] = "plateau_detected"
     scope: Literal["run", "team"]
     team: str | None = None
-    kind: Literal["stalled", "failing", "exhausted", "converged", "repeating"]
+    kind: Literal["stalled", "failing", "exhausted", "converged", "repeating", "opened"]
     window: int
     best: float | None = None
     threshold: float = 0.0

@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 
 from eat.config import PlateauConfig
 from eat.events import PlateauDetected
-from eat.state import Candidate, RunState, Team
+from eat.state import Candidate, RunState, Team, differs, region_radius
+
+PROMISING = 1.2  # a region is worth a climb when its best beats what is around it this much
 
 
 @dataclass
 class Plateau:
     scope: str                 # "run" | "team"
-    kind: str                  # stalled | failing | exhausted | converged | repeating
+    kind: str                  # stalled | failing | exhausted | converged | repeating | opened
     team: str | None
     window: int
     best: float | None
@@ -28,6 +30,60 @@ class Plateau:
         return PlateauDetected(scope=self.scope, team=self.team, kind=self.kind,
                                window=self.window, best=self.best, threshold=self.threshold,
                                evidence=self.evidence, message=self.message)
+
+
+# -- regions: where teams have searched, and where a climb is worth starting ---------------
+
+
+def distance(a: Candidate, b: Candidate) -> int:
+    """How many knobs two candidates differ in (sources without knobs: 0 if equal, else 2)."""
+    if not a.knobs and not b.knobs:
+        return 0 if a.source_hash == b.source_hash else 2
+    return differs(a.knobs, b.knobs)
+
+
+def far_apart(a: Candidate, b: Candidate) -> bool:
+    """In different regions: they differ in at least half the knobs (and two)."""
+    return distance(a, b) >= region_radius(len(b.knobs))
+
+
+def is_local(team: Team) -> bool:
+    return team.local
+
+
+def optima(state: RunState) -> list[Candidate]:
+    """The regions found so far: the elite and every local search's best."""
+    found = [state.best] + [t.best for t in state.teams.values() if is_local(t)]
+    return list({c.cid: c for c in found if c is not None and c.knobs}.values())
+
+
+def climbed(state: RunState) -> list[Candidate]:
+    """Where searches have been: the optima, and every point a team was started from."""
+    starts = [state.candidates.get(t.start_from or "") for t in state.teams.values()]
+    return optima(state) + [c for c in starts if c is not None]
+
+
+def promising_regions(state: RunState, known: list[Candidate], taken) -> list[Candidate]:
+    """Candidates worth a climb, best first: far from every `known` point and from each
+    other, above the run's median, and clearly above what was measured around them (a bump
+    the coarse samples only grazed)."""
+    ok = [c for c in state.candidates.values() if c.estimate is not None and c.knobs]
+    if not ok:
+        return []
+    median = sorted(c.estimate for c in ok)[len(ok) // 2]
+    found: list[Candidate] = []
+    for c in sorted(ok, key=lambda c: -c.estimate):
+        if c.estimate <= median:
+            break
+        if c.cid in taken or not all(far_apart(c, x) for x in known + found):
+            continue
+        around = sorted(x.estimate for x in ok if x is not c and not far_apart(x, c))
+        if not around or c.estimate >= PROMISING * around[len(around) // 2]:
+            found.append(c)
+    return found
+
+
+# -- plateaus --------------------------------------------------------------------------------
 
 
 def _due(state: RunState, key: tuple, counter: int, window: int) -> bool:
@@ -88,7 +144,9 @@ def teams_converged(state: RunState) -> list[Plateau]:
         if not team.best or not _due(state, ("team", team.id, "converged"),
                                      team.since_improvement, 2):
             continue
-        key = repr(sorted(team.best.knobs.items())) or team.best.source_hash
+        # Knob-less candidates (an LLM's) are the same configuration only with the same source.
+        key = repr(sorted(team.best.knobs.items())) if team.best.knobs else \
+            team.best.source_hash
         if key in seen:
             other = seen[key]
             found.append(Plateau("team", "converged", team.id, team.since_improvement,
@@ -113,8 +171,21 @@ def run_stalled(state: RunState, cfg: PlateauConfig) -> Plateau | None:
                    f"{state.threshold():.1%}")
 
 
+def regions_opened(state: RunState) -> list[Plateau]:
+    """A global team's candidate opened a region worth a climb that no team was sent to."""
+    found = []
+    for c in promising_regions(state, climbed(state), state.opened):
+        team = state.teams.get(c.team)
+        if team is None or is_local(team):
+            continue  # a local team's find is its own climb
+        found.append(Plateau("run", "opened", None, 0, c.estimate, state.threshold(), [c.cid],
+                             f"{c.team}'s {c.cid} ({c.estimate:.2f}x) stands out in a region "
+                             "no team has climbed"))
+    return found[:1]
+
+
 def detect_plateaus(state: RunState, cfg: PlateauConfig) -> list[Plateau]:
-    """Every plateau in the run now, team-level first."""
+    """Every plateau in the run now, team-level first, and the regions exploration opened."""
     found: list[Plateau] = []
     for team in state.active_teams():
         p = team_repeating(state, team, cfg) or team_failing(state, team, cfg) or \
@@ -125,7 +196,7 @@ def detect_plateaus(state: RunState, cfg: PlateauConfig) -> list[Plateau]:
     found += [p for p in teams_converged(state) if p.team not in flagged]
     if run := run_stalled(state, cfg):
         found.append(run)
-    return found
+    return found + regions_opened(state)
 
 
 def elite_to_retime(state: RunState, plateaus: list[Plateau]) -> Candidate | None:

@@ -1,28 +1,40 @@
-"""Diagnosis and restructuring: named rule-based decisions, and how each is scored later.
+"""Diagnosis and restructuring: named rules, and how each decision is scored and fed back.
 
-diagnose(plateau) says why progress stopped; decide(diagnoses) turns that into operations
-(spawn, retire, fork, redirect, recompose, rebalance); operation_events() turns an operation
-into the events that record it; score() judges an operation once enough evaluations followed.
+diagnose(plateau) says why progress stopped and names a remedy; decide() applies the rule of
+each remedy (RULES); operation_events() records an operation; score() judges a decision later,
+only by the candidates of the team it created or changed; arm_values() turns those verdicts
+into the preferences the next restarts are chosen by (a bandit over restart options).
+
+Teams are judged by what their strategy is for: local searches (coordinate, refiner) by gain
+per evaluation, so a stalled or exhausted one is replaced; global ones (explorer, model) by the
+regions they open, so they are never retired for being behind: their candidates are where the
+next local searches start.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from eat.events import Event, RestructureScored, Restructured, TeamSpawned
-from eat.plateau import Plateau
-from eat.state import Candidate, RunState, Team
+from eat.plateau import Plateau, climbed, is_local, optima, promising_regions
+from eat.state import Candidate, RunState
 
 OPS = ("spawn", "retire", "fork", "redirect", "recompose", "rebalance")
+# Restart options, and how much the rules trust each before this run has scored any: a model
+# or a climb in a region nobody climbed, a model of the whole space, combined steps at an
+# elite no local search has worked on, a fresh explorer.
+PRIORS = {"fork model": 0.6, "fork coordinate": 0.55, "spawn model": 0.5, "fork refiner": 0.45,
+          "spawn explorer": 0.3}
+CURIOSITY = 0.5  # weight of the bandit's exploration term against the arms' scores
 
 
 @dataclass
 class Diagnosis:
     plateau: Plateau
     cause: str
-    remedy: str                # one of OPS
-    around: str | None = None  # candidate a redirect or fork should search around
+    remedy: str                # a key of RULES
 
 
 @dataclass
@@ -35,168 +47,281 @@ class Operation:
     scope: str = "team"
 
 
-def distance(a: Candidate, b: Candidate) -> int:
-    """How many knobs two candidates differ in (sources without knobs: 0 if equal, else 2)."""
-    if not a.knobs and not b.knobs:
-        return 0 if a.source_hash == b.source_hash else 2
-    return sum(a.knobs.get(k) != b.knobs.get(k) for k in a.knobs.keys() | b.knobs.keys())
+@dataclass
+class Limits:
+    """What bounds one step's decisions."""
+
+    max_teams: int                                   # teams active at once
+    spawn_cap: int = 10**6                           # teams spawned over the run
+    presets: frozenset[str] = frozenset({"coordinate", "explorer", "refiner", "model"})
+    llm: bool = False                                # teams are LLM agents (roles matter)
 
 
-def _far(c: Candidate, elite: Candidate) -> bool:
-    """In another region: differs from the elite in at least half its knobs (and two)."""
-    return distance(c, elite) >= max(2, (len(elite.knobs) + 1) // 2)
+# -- diagnosis -----------------------------------------------------------------------------
 
 
 def diagnose(p: Plateau, state: RunState) -> Diagnosis:
     """Why a plateau happened, and the remedy the rules prefer."""
     team = state.teams.get(p.team or "")
+    steered = team is not None and team.redirects > 0
+    if p.kind == "opened":
+        return Diagnosis(p, f"exploration opened a region: {p.message}", "climb")
     if p.kind == "repeating":
-        again = team is not None and team.redirects > 0
         return Diagnosis(p, f"team {p.team} keeps repeating candidates already evaluated: "
-                         f"{p.message}" + ("; it was steered before" if again else ""),
-                         "retire" if again else "redirect")
+                         f"{p.message}" + ("; it was steered before" if steered else ""),
+                         "retire" if steered else "redirect")
     if p.kind == "failing":
-        again = team is not None and team.redirects > 0
         return Diagnosis(p, f"team {p.team} keeps producing broken candidates: {p.message}",
-                         "retire" if again else "redirect")
-    if p.kind == "exhausted":
-        return Diagnosis(p, f"team {p.team} has searched everything its strategy reaches from "
-                         "where it stands: a local optimum", "fork")
+                         "retire" if steered else "recompose")
+    if team is None:
+        return Diagnosis(p, f"the whole run stalled: {p.message}", "restart")
     if p.kind == "converged":
         return Diagnosis(p, f"team {p.team} duplicates another team's search: {p.message}",
-                         "redirect")
-    if p.scope == "team" and team:
-        behind = state.best_speedup and team.best_estimate and \
-            team.best_estimate * (1 + state.threshold()) < state.best_speedup
-        if behind or team.best_estimate is None:
-            return Diagnosis(p, f"team {p.team} is stuck below the run's best "
-                             f"({p.message}); its region looks like a local optimum", "fork")
-        return Diagnosis(p, f"team {p.team} leads but single steps no longer help "
-                         f"({p.message}): try combined steps around its best", "redirect",
-                         around=team.best.cid if team.best else None)
-    return Diagnosis(p, f"the whole run stalled: {p.message}", "fork")
+                         "restart" if is_local(team) else "redirect")
+    if is_local(team):
+        if p.kind == "stalled" and state.best is not None and state.best.team == team.id:
+            # It holds the run's best: its region is the best known, so it keeps climbing
+            # (until it has nothing left to try) while combined steps try the elite.
+            return Diagnosis(p, f"team {p.team} leads but single steps no longer help "
+                             f"({p.message}): try combined steps around its best", "polish")
+        where = "has searched everything its steps reach from where it stands" \
+            if p.kind == "exhausted" else f"stopped gaining ({p.message})"
+        return Diagnosis(p, f"team {p.team} {where}: a local optimum", "restart")
+    if p.kind == "exhausted":
+        return Diagnosis(p, f"team {p.team} has nothing left to try", "retire")
+    # A global team's own best says little: it is judged by the regions it opens. When its
+    # picks stop paying, it is kept out of the regions already found.
+    return Diagnosis(p, f"team {p.team}'s exploration keeps to regions already found "
+                     f"({p.message})", "refocus")
+
+
+# -- the rules -----------------------------------------------------------------------------
+
+
+class Plan:
+    """One step's operations and what they have changed so far."""
+
+    def __init__(self, state: RunState, limits: Limits, values: dict[str, float]):
+        self.state, self.limits, self.values = state, limits, values
+        self.ops: list[Operation] = []
+        self.touched: set[str] = set()
+        self.active = len(state.active_teams())
+        self.spawned = len(state.teams)
+        self.starts = {t.start_from for t in state.active_teams()} - {None}
+
+    def add(self, op: Operation) -> None:
+        self.ops.append(op)
+        if op.op == "retire":
+            self.active -= 1
+            self.touched.add(op.team)
+        elif op.op in ("spawn", "fork"):
+            self.active += 1
+            self.spawned += 1
+            if op.params.get("start_from"):
+                self.starts.add(op.params["start_from"])
+        elif op.team:
+            self.touched.add(op.team)
+
+    def can_spawn(self) -> bool:
+        return self.spawned < self.limits.spawn_cap
+
+    def make_room(self, evidence: list[str], leaving: int) -> bool:
+        """Room for one more team once `leaving` teams go: else retire the stalest local
+        search (never a global one, the elite's team, or one changed this step)."""
+        if self.active - leaving < self.limits.max_teams:
+            return True
+        keep = self.touched | ({self.state.best.team} if self.state.best else set())
+        stale = [t for t in self.state.active_teams() if is_local(t) and t.id not in keep]
+        worst = max(stale, key=lambda t: (t.since_improvement, -t.evals), default=None)
+        if worst is None:
+            return False
+        self.add(Operation("retire", f"making room: {worst.id} gained nothing in its last "
+                           f"{worst.since_improvement} candidates", evidence, team=worst.id))
+        return True
+
+
+def restart_options(plan: Plan) -> list[tuple[str, Candidate | None]]:
+    """Where the next search may start: (arm, start), the arms of PRIORS this run can use."""
+    state, presets = plan.state, plan.limits.presets
+    elite = state.best
+    options: list[tuple[str, Candidate | None]] = []
+    if elite is None:
+        return [("spawn explorer", None)] if "explorer" in presets else []
+    far = promising_regions(state, climbed(state), plan.starts)
+    if far and "model" in presets:
+        options.append(("fork model", far[0]))
+    if far and "coordinate" in presets:
+        options.append(("fork coordinate", far[0]))
+    globals_ = {t.strategy for t in state.active_teams() if not is_local(t)}
+    if not globals_ and "model" in presets:
+        options.append(("spawn model", None))
+    elite_team = state.teams.get(elite.team)
+    polished = elite_team is not None and is_local(elite_team)
+    if not polished and elite.cid not in plan.starts and "refiner" in presets:
+        options.append(("fork refiner", elite))  # a global team's find, never climbed
+    if not globals_ and "explorer" in presets:
+        options.append(("spawn explorer", None))
+    return options
+
+
+def arm_values(state: RunState) -> dict[str, float]:
+    """Each restart arm's worth now: its prior and its scored outcomes in this run (a win is
+    a new team that beat the run's best), plus an exploration term (UCB) for arms tried less."""
+    total = sum(n for n, _ in state.arm_stats.values())
+    out = {}
+    for arm, prior in PRIORS.items():
+        n, wins = state.arm_stats.get(arm, (0, 0))
+        out[arm] = (prior + wins) / (1 + n) + CURIOSITY * math.sqrt(math.log(total + 1) / (n + 1))
+    return out
+
+
+def rule_restart(d: Diagnosis, plan: Plan) -> None:
+    """A search stopped paying where it stands: start the next one where the scores point
+    (a climb from an unclimbed region, a model, combined steps at the elite, an explorer),
+    replacing a local team that plateaued."""
+    p, team = d.plateau, plan.state.teams.get(d.plateau.team or "")
+    replacing = team is not None and is_local(team)
+    options = restart_options(plan) if plan.can_spawn() else []
+    if not options:
+        if team is None:  # the run stalled: send the global searches to new regions
+            for t in plan.state.active_teams():
+                if not is_local(t) and t.id not in plan.touched:
+                    rule_refocus(Diagnosis(Plateau("team", "stalled", t.id, 0, None, 0.0,
+                                                   d.plateau.evidence), d.cause, "refocus"),
+                                 plan, restart=False)
+        elif is_local(team) and plan.active > 1:
+            rule_retire(d, plan)  # its turns go to the teams still searching
+        elif team.redirects == 0:
+            rule_redirect(d, plan)
+        return
+    arm, start = max(options, key=lambda o: (plan.values.get(o[0], 0.0), PRIORS[o[0]]))
+    if not plan.make_room(p.evidence, 1 if replacing else 0):
+        return
+    op, preset = arm.split()
+    params: dict[str, Any] = {"preset": preset, "arm": arm}
+    evidence = list(p.evidence)
+    if arm in ("fork coordinate", "fork model"):  # its own region, not back into found ones
+        params["avoid"] = [c.cid for c in optima(plan.state)]
+    if start is not None:
+        how = {"refiner": "changing one or two parameters at a time",
+               "coordinate": "climbing one parameter at a time, in a region no team has climbed",
+               "model": "searching its region, which no team has climbed, with a model of "
+                        "every measurement"}[preset]
+        params |= {"start_from": start.cid, "directive": f"Restart from {start.cid} "
+                   f"({start.estimate:.2f}x), {how}."}
+        evidence.append(start.cid)
+    plan.add(Operation(op, d.cause + f" (chosen: {arm}, worth {plan.values.get(arm, 0):.2f})",
+                       evidence, scope=p.scope, params=params))
+    if replacing:
+        plan.add(Operation("retire", "replaced: " + d.cause, p.evidence, team=team.id))
+
+
+def rule_climb(d: Diagnosis, plan: Plan) -> None:
+    """Exploration opened a region: send a climb there (kept out of the regions found), making
+    room by retiring the stalest local search."""
+    start = plan.state.candidates[d.plateau.evidence[0]]
+    if not plan.can_spawn() or start.cid in plan.starts:
+        return
+    if not plan.make_room(d.plateau.evidence, 0):
+        return
+    plan.add(Operation("fork", d.cause, d.plateau.evidence, scope="run", params={
+        "preset": "coordinate", "start_from": start.cid, "arm": "fork coordinate",
+        "avoid": [c.cid for c in optima(plan.state)],
+        "directive": f"Climb from {start.cid} ({start.estimate:.2f}x) one parameter at a time: "
+                     "a region no team has searched."}))
+
+
+def rule_polish(d: Diagnosis, plan: Plan) -> None:
+    """The leading local search stalled: fork combined steps around the elite, once; the
+    leader goes on."""
+    elite = plan.state.best
+    if elite is None or elite.cid in plan.starts or "refiner" not in plan.limits.presets \
+            or not plan.can_spawn() or not plan.make_room(d.plateau.evidence, 0):
+        return
+    plan.add(Operation("fork", d.cause, d.plateau.evidence + [elite.cid], params={
+        "preset": "refiner", "start_from": elite.cid, "arm": "fork refiner",
+        "directive": f"Restart from {elite.cid} ({elite.estimate:.2f}x), changing one or two "
+                     "parameters at a time."}))
+
+
+def rule_recompose(d: Diagnosis, plan: Plan) -> None:
+    """An LLM team keeps failing: give it the members that catch failures (a debugger for
+    failed builds and mismatches, a reviewer before each evaluation); an offline team, or
+    one that has them, is redirected instead."""
+    team = plan.state.teams[d.plateau.team]
+    missing = [r for r in ("debugger", "reviewer") if r not in team.roles]
+    if not plan.limits.llm or not missing or not team.roles:
+        return rule_redirect(d, plan)
+    plan.add(Operation("recompose", d.cause, d.plateau.evidence, team=team.id, params={
+        "roles": team.roles + missing, "added": missing}))
+    # A recomposed team has been steered: if it keeps failing, it is retired.
+
+
+def rule_redirect(d: Diagnosis, plan: Plan) -> None:
+    """Point a team elsewhere: another strategy, from the elite."""
+    p = d.plateau
+    team = plan.state.teams[p.team]
+    elite = plan.state.best
+    strategy = "explorer" if team.strategy != "explorer" else "refiner"
+    start = elite.cid if elite else None
+    directive = (f"Your {team.strategy} search stopped paying off; switch to {strategy} "
+                 "search" + (f" around {start}." if start else "."))
+    if p.kind == "repeating":
+        directive = (f"Your last attempts repeated {', '.join(p.evidence)}, already evaluated: "
+                     f"nothing is learned from a repeat. Try a different kind of change "
+                     f"({strategy} search)" + (f" starting from {start}." if start else "."))
+    plan.add(Operation("redirect", d.cause, p.evidence, team=team.id, params={
+        "strategy": strategy, "start_from": start, "directive": directive}))
+
+
+def rule_retire(d: Diagnosis, plan: Plan) -> None:
+    """Retire a team the evidence condemns; the last one is replaced if the cap allows, else
+    kept (the no-progress rule ends a run that is stuck)."""
+    p = d.plateau
+    if plan.active <= 1:
+        if not plan.can_spawn():
+            return
+        plan.add(Operation("retire", d.cause, p.evidence, team=p.team))
+        plan.add(Operation("spawn", "no team would be left active", p.evidence,
+                           params={"preset": "explorer"}))
+        return
+    plan.add(Operation("retire", d.cause, p.evidence, team=p.team))
+
+
+def rule_refocus(d: Diagnosis, plan: Plan, restart: bool = True) -> None:
+    """A global search keeps picking the regions already found: keep it out of them, so its
+    picks go where no team has looked; with nothing new to keep out of, restart."""
+    team = plan.state.teams[d.plateau.team]
+    new = [c.cid for c in optima(plan.state) if c.cid not in team.avoid]
+    if not new:
+        return rule_restart(d, plan) if restart else None
+    plan.add(Operation("redirect", d.cause, d.plateau.evidence + new, team=team.id, params={
+        "strategy": team.strategy, "avoid": team.avoid + new,
+        "directive": f"Search away from the regions of {', '.join(team.avoid + new)}: "
+                     "they are found already."}))
+
+
+RULES: dict[str, Callable[[Diagnosis, Plan], None]] = {
+    "restart": rule_restart, "redirect": rule_redirect, "retire": rule_retire,
+    "refocus": rule_refocus, "climb": rule_climb, "polish": rule_polish,
+    "recompose": rule_recompose}
+
+
+def decide(diagnoses: list[Diagnosis], state: RunState, limits: Limits) -> list[Operation]:
+    """Operations for a step's diagnoses: one rule per diagnosis, at most one decision per
+    team, one team left active, no more than `limits` allow."""
+    plan = Plan(state, limits, arm_values(state))
+    for d in diagnoses:
+        if d.plateau.team not in plan.touched:
+            RULES[d.remedy](d, plan)
+    return plan.ops
+
+
+# -- recording and scoring -----------------------------------------------------------------
 
 
 def _new_team_id(state: RunState, preset: str) -> str:
     return f"{preset}-{len(state.teams) + 1}"
-
-
-def _weakest(state: RunState, exclude: set[str], young: int) -> Team | None:
-    """The active team with the weakest best, among those that had `young` turns to show one."""
-    teams = [t for t in state.active_teams() if t.id not in exclude]
-    return min(teams, key=lambda t: (t.evals < young, t.best_estimate or 0.0), default=None)
-
-
-def _fork_source(state: RunState, forked: set[str]) -> tuple[Candidate, str] | None:
-    """Where to start a new team, and its preset: a refiner around the elite (combined steps
-    out of a one-step optimum), else a coordinate climb from the best candidate in another
-    region (a second start for hill climbing); never from where an active team started."""
-    taken = forked | {t.start_from for t in state.active_teams()}
-    elite = state.best
-    if elite is None:
-        return None
-    if elite.cid not in taken:
-        return elite, "refiner"
-    pool = {c.cid: c for c in state.leaders + [t.best for t in state.teams.values() if t.best]
-            + list(state.recent)}
-    others = [c for c in pool.values() if c.estimate is not None and c.cid not in taken
-              and _far(c, elite)]
-    best = max(others, key=lambda c: c.estimate, default=None)
-    return (best, "coordinate") if best else None
-
-
-def decide(diagnoses: list[Diagnosis], state: RunState, max_teams: int,
-           young: int = 4, spawn_cap: int = 10**6) -> list[Operation]:
-    """Operations for a step's diagnoses, at most one decision per team; one team stays active.
-
-    A fork starts a refiner around the elite, or, when one already started there, a coordinate
-    climb from the best candidate of another region; with neither, a new explorer is spawned.
-    A team-level fork or spawn replaces the stalled team; a run-level fork from the elite also
-    doubles the budget share of the team that found it. Making room retires the weakest team
-    that has had `young` turns, before any newer one.
-    """
-    ops: list[Operation] = []
-    touched: set[str] = set()
-    forked: set[str] = set()
-    active = len(state.active_teams())
-    room = spawn_cap - len(state.teams)   # teams that may still be spawned in this run
-    elite = state.best
-    for d in diagnoses:
-        p = d.plateau
-        if p.team in touched:
-            continue
-        remedy, source, preset = d.remedy, None, "explorer"
-        if remedy in ("fork", "spawn") and room < 1:
-            if p.team is None:
-                continue
-            remedy = "redirect" if state.teams[p.team].redirects == 0 else "retire"
-        if remedy == "fork":
-            found = _fork_source(state, forked)
-            remedy = "fork" if found else "spawn"
-            source, preset = found or (None, "explorer")
-        if remedy == "redirect" and p.team:
-            team = state.teams[p.team]
-            if d.around:
-                strategy, start = "refiner", d.around
-            else:
-                strategy = "explorer" if team.strategy != "explorer" else "refiner"
-                start = elite.cid if elite else None
-            directive = (f"Your {team.strategy} search stopped paying off; switch to "
-                         f"{strategy} search" + (f" around {start}." if start else "."))
-            if p.kind == "repeating":
-                directive = (f"Your last attempts repeated {', '.join(p.evidence)}, already "
-                             "evaluated: nothing is learned from a repeat. Try a different kind "
-                             f"of change ({strategy} search)" +
-                             (f" starting from {start}." if start else "."))
-            ops.append(Operation("redirect", d.cause, p.evidence, team=p.team, params={
-                "strategy": strategy, "start_from": start, "directive": directive}))
-            touched.add(p.team)
-            continue
-        if remedy in ("spawn", "fork"):
-            # A team-level replacement retires the stalled team below, freeing its place.
-            if active >= max_teams + (p.team is not None):
-                worst = _weakest(state, touched | {p.team} | ({elite.team} if elite else set()),
-                                 young)
-                if worst is None:
-                    continue
-                ops.append(Operation("retire", f"making room for a new team: {worst.id} has "
-                                     "the weakest best", p.evidence, team=worst.id))
-                touched.add(worst.id)
-                active -= 1
-            if remedy == "fork":
-                forked.add(source.cid)
-                how = ("changing one or two parameters at a time" if preset == "refiner"
-                       else "climbing one parameter at a time: another region than the elite's")
-                ops.append(Operation("fork", d.cause, p.evidence + [source.cid], scope=p.scope,
-                                     params={"preset": preset, "start_from": source.cid,
-                                             "directive": f"Restart from {source.cid} "
-                                             f"({source.estimate:.2f}x), {how}."}))
-            else:
-                ops.append(Operation("spawn", d.cause, p.evidence, scope=p.scope,
-                                     params={"preset": "explorer"}))
-            active += 1
-            room -= 1
-            if p.team is None and remedy == "fork" and source is elite:
-                shares = {t.id: (2.0 if t.id == elite.team else 1.0)
-                          for t in state.active_teams() if t.id not in touched}
-                if any(state.teams[t].share != v for t, v in shares.items()):
-                    ops.append(Operation("rebalance", f"{elite.team} found the elite "
-                                         f"{elite.cid}: give it twice the budget share",
-                                         [elite.cid], scope="run", params={"shares": shares}))
-                continue
-        if p.team and remedy in ("spawn", "fork", "retire"):
-            if active <= 1 and remedy == "retire" and room < 1:
-                continue  # the last team stays; the no-progress rule ends a run that is stuck
-            ops.append(Operation("retire", ("replaced: " if remedy != "retire" else "") +
-                                 d.cause, p.evidence, team=p.team))
-            touched.add(p.team)
-            active -= 1
-            if active < 1:
-                ops.append(Operation("spawn", "no team would be left active", p.evidence,
-                                     params={"preset": "explorer"}))
-                active += 1
-                room -= 1
-    return ops
 
 
 def operation_events(op: Operation, state: RunState, key: str, seed: int,
@@ -211,29 +336,30 @@ def operation_events(op: Operation, state: RunState, key: str, seed: int,
         events.append(TeamSpawned(team=team, preset=preset.name, strategy=preset.strategy,
                                   directive=params.get("directive", preset.directive),
                                   share=preset.share, start_from=params.get("start_from"),
-                                  seed=seed))
+                                  avoid=list(params.get("avoid", [])), seed=seed,
+                                  roles=[r.name for r in preset.roles]))
     events.append(Restructured(op=op.op, team=team, reason=op.reason, evidence=op.evidence,
                                params=params, best_before=state.best_speedup, scope=op.scope))
     return events
 
 
-def score(state: RunState, after: int) -> list[RestructureScored]:
-    """Verdicts on restructures followed by `after` evaluations: did they beat the old best?"""
+def score(state: RunState, window: int) -> list[RestructureScored]:
+    """Verdicts on decisions whose team has had `window` candidates since (or was retired):
+    did that team's candidates beat the run's best of the moment? Retires are judged by the
+    evidence they rest on, not scored; a rebalance by the teams whose share it raised."""
     verdicts = []
     threshold = state.threshold()
     for p in state.pending:
-        if state.evaluations - p.at < after:
+        teams = [state.teams[t] for t in p.teams if t in state.teams]
+        done = [t for t in teams if t.state != "active" or t.evals - p.at.get(t.id, 0) >= window]
+        if not teams or len(done) < len(teams):
             continue
-        team = state.teams.get(p.team or "")
-        if p.op in ("spawn", "fork", "redirect", "recompose") and team and team.best:
-            found = team.best if team.best.seq > p.seq else None
-        else:  # retire and rebalance act on the whole run
-            found = state.best if state.best and state.best.seq > p.seq else None
-        gain = found.estimate if found else None
-        helped = gain is not None and (p.best_before is None or
-                                       gain > p.best_before * (1 + threshold))
+        found = max((t.best for t in teams if t.best and t.best.seq > p.seq
+                     and t.best.estimate is not None), key=lambda c: c.estimate, default=None)
+        helped = found is not None and (p.best_before is None or
+                                        found.estimate > p.best_before * (1 + threshold))
         verdicts.append(RestructureScored(restructure=p.seq, helped=helped,
                                           best_before=p.best_before,
                                           best_after=state.best_speedup,
-                                          by=found.cid if helped and found else None))
+                                          by=found.cid if helped else None))
     return verdicts

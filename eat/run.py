@@ -97,7 +97,7 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
     target = load_target(target_path)
     config = make_config(target=str(Path(target_path).resolve()), **overrides)
     presets = load_presets()
-    for name in config.teams:
+    for name in config.start_teams():
         if name not in presets:
             raise BadInput(f"team preset {name!r} not found (have: {', '.join(presets)})")
     make_agent = _make_agent_factory(config, target, presets)
@@ -113,7 +113,7 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
 def _context(ws: Workspace, config: RunConfig, target: Target, presets: dict, make_agent,
              runner: Runner, events: list[Event], *, eval_config, on_event, sleep) -> RunContext:
     """The loop's dependencies, its state folded from `events`, and the LLM supervisor if any."""
-    state = RunState.from_events(events, config.plateau)
+    state = RunState.from_events(events, config.windows())
     ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
                      presets=presets, make_agent=make_agent, eval_config=eval_config,
                      on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s,
@@ -128,12 +128,12 @@ def _begin(ctx: RunContext) -> None:
     if ctx.state.seq == 0:
         ctx.record(RunStarted(target=target.name, target_path=config.target,
                               model=config.model, config=config.model_dump(mode="json")))
-    for i, name in enumerate(config.teams):
+    for i, name in enumerate(config.start_teams()):
         p = ctx.presets[name]
         if f"{p.name}-{i + 1}" not in ctx.state.teams:
             ctx.record(TeamSpawned(team=f"{p.name}-{i + 1}", preset=p.name,
                                    strategy=p.strategy, directive=p.directive, share=p.share,
-                                   seed=config.seed + i))
+                                   seed=config.seed + i, roles=[r.name for r in p.roles]))
     for team in ctx.state.teams.values():
         write_notes(team, ctx)
     learning.update(ctx.ws.paths.learning, ctx.state, target)
@@ -208,7 +208,7 @@ def run_status(workspace: Path) -> dict:
     ws = Workspace.open(workspace)
     config = ws.config()
     events, _ = ws.read_events()
-    state = RunState.from_events(events, config.plateau)
+    state = RunState.from_events(events, config.windows())
     best = state.best
     last = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
                                                            "run_started")), None)

@@ -16,6 +16,7 @@ from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, 
                         PlanUpdated, PlateauDetected, RestructureScored, Restructured,
                         RunStarted, SupervisorAdvised, TeamSpawned)
 
+LOCAL = frozenset({"coordinate", "refiner"})
 PLATEAU_KINDS = ("stalled", "failing", "exhausted", "converged", "repeating")
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 LESSONS_KEPT, LESSONS_BATCH = 40, 16
@@ -61,6 +62,7 @@ class Team:
     share: float = 1.0
     state: str = "active"
     start_from: str | None = None
+    avoid: list[str] = field(default_factory=list)  # candidates whose regions it keeps out of
     seed: int = 0
     roles: list[str] = field(default_factory=list)
     evals: int = 0
@@ -75,6 +77,12 @@ class Team:
     repeated: list[str] = field(default_factory=list)  # the candidates they repeated, latest last
     usage: "Usage" = field(default_factory=lambda: Usage())
     plan: list[dict] = field(default_factory=list)   # {idea, expected_gain, tried: cid|None}
+
+    @property
+    def local(self) -> bool:
+        """A search around a point, judged by its gain per evaluation (a model given a start
+        searches that region only); the others are global, judged by the regions they open."""
+        return self.strategy in LOCAL or (self.strategy == "model" and self.start_from is not None)
 
     @property
     def turns(self) -> float:
@@ -112,11 +120,25 @@ class Usage:
 
 @dataclass
 class Pending:
+    """A decision waiting for its verdict: the teams it created or changed, and how many
+    candidates each had then."""
+
     seq: int
     op: str
-    team: str | None
+    teams: list[str]
     best_before: float | None
-    at: int
+    at: dict[str, int]
+    arm: str | None = None
+
+
+def differs(a: dict[str, Any], b: dict[str, Any]) -> int:
+    """How many knobs two configurations set differently."""
+    return sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
+
+
+def region_radius(knobs: int) -> int:
+    """Configurations differing in fewer knobs than this are in the same region."""
+    return max(2, (knobs + 1) // 2)
 
 
 def _better(new: float | None, ref: float | None, threshold: float) -> bool:
@@ -141,12 +163,15 @@ class RunState:
         self.since_improvement = 0
         self.recent: deque[Candidate] = deque(maxlen=64)
         self.retimed: set[str] = set()
+        self.opened: set[str] = set()   # candidates whose region was declared worth a climb
         self.pending: list[Pending] = []
         # Lessons, oldest first: ("best", new, previous, their values then) and ("scored",
         # event, what the restructure did). Past LESSONS_KEPT the oldest LESSONS_BATCH are
         # counted, with a few of their ids, in one go (so the list changes at its head rarely).
         self.lesson_log: list[tuple[tuple, list[str]]] = []
         self.restructure_ops: dict[int, str] = {}
+        self.restructure_arms: dict[int, str] = {}
+        self.arm_stats: dict[str, tuple[int, int]] = {}  # restart arm -> (scored, helped)
         self.older_lessons = 0
         self.older_ids: list[str] = []
         self.applied_keys: set[str] = set()
@@ -211,7 +236,8 @@ class RunState:
                 offset = min((t.turns for t in self.active_teams()), default=0.0)
                 self.teams[e.team] = Team(id=e.team, preset=e.preset, strategy=e.strategy,
                                           directive=e.directive, share=e.share,
-                                          start_from=e.start_from, seed=e.seed, offset=offset)
+                                          start_from=e.start_from, avoid=list(e.avoid), seed=e.seed,
+                                          offset=offset, roles=list(e.roles))
             case CandidateEvaluated():
                 self._evaluated(e)
             case EliteRetimed():
@@ -219,6 +245,8 @@ class RunState:
             case PlateauDetected():
                 self.plateaus += 1
                 self.flagged[(e.scope, e.team, e.kind)] = e.window
+                if e.kind == "opened":
+                    self.opened.update(e.evidence[:1])
             case Restructured():
                 self._restructured(e)
             case LLMCalled():
@@ -235,6 +263,9 @@ class RunState:
                 self._attempt_failed(e)
             case RestructureScored():
                 self.pending = [p for p in self.pending if p.seq != e.restructure]
+                if arm := self.restructure_arms.get(e.restructure):
+                    n, wins = self.arm_stats.get(arm, (0, 0))
+                    self.arm_stats[arm] = (n + 1, wins + e.helped)
                 self._lesson(("scored", e, self.restructure_ops.get(e.restructure, "")),
                              [e.by] if e.by else [])
 
@@ -267,8 +298,14 @@ class RunState:
                       measurements=[e.speedup] if e.speedup is not None else [])
         self.candidates[c.cid] = c
         self.hashes.setdefault(c.source_hash, c.cid)
+        last = self.recent[-1] if self.recent else None
         self.recent.append(c)
         team = self.teams.get(e.team)
+        if team and team.local and last is not None and last.team == team.id and \
+                team.best is last:
+            # The team played on because its last candidate improved its best (see
+            # team.pick_team): a turn given for climbing, not taken from the others' share.
+            team.offset -= 1 / team.share
         threshold = self.threshold()
         if team and e.plan_item is not None and e.plan_item < len(team.plan):
             team.plan[e.plan_item]["tried"] = c.cid
@@ -378,14 +415,24 @@ class RunState:
                 team.strategy = e.params.get("strategy", team.strategy)
                 team.directive = e.params.get("directive", team.directive)
                 team.start_from = e.params.get("start_from", team.start_from)
+                team.avoid = list(e.params.get("avoid", team.avoid))
                 team.redirects += 1
                 team.exhausted = False
             elif e.op == "recompose":
                 team.roles = list(e.params.get("roles", team.roles))
+                team.redirects += 1  # steered: a team that keeps failing after is retired
+        judged = [e.team] if team and e.op != "retire" else []
         if e.op == "rebalance":
             for tid, share in e.params.get("shares", {}).items():
                 if tid in self.teams:
                     t = self.teams[tid]
+                    if share > t.share:
+                        judged.append(tid)
                     t.offset, t.share = t.turns - t.evals / share, share  # same turn, new pace
-        self.pending.append(Pending(seq=e.seq, op=e.op, team=e.team,
-                                    best_before=e.best_before, at=self.evaluations))
+        if e.params.get("arm"):
+            self.restructure_arms[e.seq] = e.params["arm"]
+        if judged:
+            self.pending.append(Pending(seq=e.seq, op=e.op, teams=judged,
+                                        best_before=e.best_before,
+                                        at={t: self.teams[t].evals for t in judged},
+                                        arm=e.params.get("arm")))

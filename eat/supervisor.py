@@ -23,7 +23,8 @@ from eat.events import AttemptFailed, EliteRetimed, SupervisorAdvised
 from eat.llm import BudgetSpent, LLMError
 from eat.plateau import Plateau, detect_plateaus, elite_to_retime
 from eat.advisor import to_operations
-from eat.restructure import Diagnosis, Operation, decide, diagnose, operation_events, score
+from eat.restructure import (Diagnosis, Limits, Operation, decide, diagnose, operation_events,
+                             score)
 from eat.state import Candidate
 from eat.team import commit_step, pick_team, step as team_step, write_notes
 from eat.workspace import source_name
@@ -51,6 +52,20 @@ def should_stop(ctx: RunContext) -> Stop | None:
     return ctx.halt or why_stop(ctx.state, ctx.config, ctx.elapsed())
 
 
+def limits(ctx: RunContext) -> Limits:
+    """What bounds the rules' decisions in this run: team counts, and the presets that can run
+    on this target (knob searches need knobs)."""
+    offline = ctx.config.model == "offline"
+
+    def usable(preset) -> bool:
+        if all(r.agent == "offline" for r in preset.roles):  # knob search, kept to offline runs
+            return bool(ctx.target.knobs) and offline
+        return bool(ctx.target.knobs) or not offline
+
+    return Limits(ctx.config.max_teams, ctx.config.spawn_cap(),
+                  frozenset(n for n, p in ctx.presets.items() if usable(p)), llm=not offline)
+
+
 def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
     """Evaluate the elite's source again: its estimate becomes the median of measurements."""
     source = ctx.ws.paths.candidate(elite.team, elite.cid) / source_name(ctx.target.language)
@@ -62,7 +77,7 @@ def build_graph(ctx: RunContext) -> StateGraph:
     """The supervisor's graph over `ctx`."""
 
     def observe(s: Step) -> Step:
-        verdicts = score(ctx.state, ctx.config.plateau.score_after)
+        verdicts = score(ctx.state, ctx.state.cfg.score_after)
         for v in verdicts:
             ctx.record(v)
         if verdicts:
@@ -75,11 +90,11 @@ def build_graph(ctx: RunContext) -> StateGraph:
     def detect(s: Step) -> Step:
         if not ctx.config.supervise:
             return {"plateaus": [], "at_seq": ctx.state.seq}
-        plateaus = detect_plateaus(ctx.state, ctx.config.plateau)
+        plateaus = detect_plateaus(ctx.state, ctx.state.cfg)
         elite = elite_to_retime(ctx.state, plateaus)
         if elite and ctx.state.spent_evals < ctx.config.max_evals:  # a re-time is an evaluation
             retime(ctx, elite)
-            plateaus = detect_plateaus(ctx.state, ctx.config.plateau)
+            plateaus = detect_plateaus(ctx.state, ctx.state.cfg)
         for p in plateaus:
             ctx.record(p.event())
         return {"plateaus": [asdict(p) for p in plateaus], "at_seq": ctx.state.seq}
@@ -106,8 +121,7 @@ def build_graph(ctx: RunContext) -> StateGraph:
         if s.get("advised") is not None:
             ops = [Operation(**op) for op in s["advised"]]
         else:
-            ops = decide(found, ctx.state, ctx.config.max_teams, ctx.config.plateau.team_window,
-                         ctx.config.spawn_cap())
+            ops = decide(found, ctx.state, limits(ctx))
         messages, teams = [], []
         for i, op in enumerate(ops):
             key = f"{s['at_seq']}:{i}"

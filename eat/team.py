@@ -17,6 +17,7 @@ from eat.agents.base import Proposal
 from eat.agents.llm import AttemptError
 from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated
 from eat.runners.base import Evaluation
+from eat.plateau import is_local
 from eat.state import Team
 from eat.workspace import source_name, write_atomic
 
@@ -41,7 +42,7 @@ class TeamSpec(BaseModel):
 
     name: str = Field(description="Preset name; team ids are '<name>-<n>'.")
     description: str = Field(description="One line for people.")
-    strategy: Literal["coordinate", "explorer", "refiner"] = Field(
+    strategy: Literal["coordinate", "explorer", "refiner", "model"] = Field(
         description="How the offline agent searches.")
     directive: str = Field(description="What the team is told to do.")
     roles: list[Role] = Field(min_length=1)
@@ -63,8 +64,14 @@ def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
 
 
 def pick_team(ctx: RunContext) -> Team | None:
-    """The active, non-exhausted team furthest below its budget share."""
+    """The active, non-exhausted team furthest below its budget share; under supervision, a
+    local search whose last candidate improved its best plays on (a climb is worth most
+    while it climbs), on a turn that does not count against the others' share."""
     teams = [t for t in ctx.state.active_teams() if not t.exhausted]
+    last = ctx.state.recent[-1] if ctx.state.recent else None
+    hot = ctx.state.teams.get(last.team) if last else None
+    if ctx.config.supervise and hot in teams and is_local(hot) and hot.best is last:
+        return hot
     return min(teams, key=lambda t: (t.turns, t.id), default=None)
 
 
@@ -87,7 +94,7 @@ def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | No
     if proposal.plan:
         ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in proposal.plan]))
     event, ev = _evaluate(team, proposal, ctx)
-    for _ in range(ctx.config.repairs if hasattr(agent, "repair") else 0):
+    for _ in range(ctx.config.repairs):
         if event.status == "ok" or ctx.state.spent_evals >= ctx.config.max_evals:
             break
         failed = ctx.state.candidates[event.candidate]
@@ -96,6 +103,8 @@ def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | No
         except AttemptError as e:
             ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e),
                                      repeats=e.repeats))
+            break
+        if proposal is None:
             break
         event, ev = _evaluate(team, proposal, ctx)
     return event

@@ -8,6 +8,7 @@ import sys
 import pytest
 from llm_server import HTTPError, Reply
 
+from conftest import EXAMPLES
 from eat.run import resume_run, run_status, start_run
 from eat.workspace import Workspace
 
@@ -222,3 +223,57 @@ def test_a_model_that_repeats_one_kernel_ends_the_run_with_bounded_spend(
     kinds = {(e.op, e.reason.split(":")[0]) for e in events(ws, "restructured")}
     assert any(op == "redirect" for op, _ in kinds)
     assert {e.kind for e in events(ws, "plateau_detected")} >= {"repeating"}
+
+
+def test_a_forked_llm_team_works_from_its_start_and_an_explorer_from_the_baseline():
+    from eat.agents.llm import LLMAgent
+    from eat.events import TeamSpawned
+    from eat.target import load_target
+    from history import History
+
+    agent = LLMAgent(load_target(EXAMPLES / "cpu_matmul"), None, lambda role: None)
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 2.0)
+    h.eval("coordinate-1", 9.0)
+    h.add(TeamSpawned(team="refiner-2", preset="refiner", strategy="refiner", directive="d",
+                      start_from="c0001"))
+    h.add(TeamSpawned(team="explorer-3", preset="explorer", strategy="explorer", directive="d"))
+    h.add(TeamSpawned(team="coordinate-4", preset="coordinate", strategy="coordinate",
+                      directive="d"))
+    assert agent._start(h.state.teams["refiner-2"], h.state).cid == "c0001"   # not the best
+    assert agent._start(h.state.teams["explorer-3"], h.state) is None         # the baseline
+    assert agent._start(h.state.teams["coordinate-4"], h.state).cid == "c0002"
+    h.eval("refiner-2", 3.0)
+    assert agent._start(h.state.teams["refiner-2"], h.state).cid == "c0003"   # its own line
+
+
+@pytest.mark.slow
+def test_a_reviewer_sends_a_flawed_candidate_back_and_the_profile_reaches_the_coder(
+        quick_matmul, tmp_path, llm_server):
+    _, fast, faster = kernels(quick_matmul)
+    reviews = []
+
+    def answer(req):
+        text = json.dumps(req["messages"])
+        if "# Plan the next ideas" in text:
+            return Reply(json.dumps(PLAN))
+        if "# Review before evaluation" in text:
+            reviews.append(text)
+            verdict = {"approve": False, "problems": ["the flags miss -ffast-math"]} \
+                if len(reviews) == 1 else {"approve": True}
+            return Reply(json.dumps(verdict))
+        if "# Revise" in text:
+            return Reply(fenced(faster, "Added -ffast-math as the reviewer asked."))
+        return Reply(fenced(fast) if "## Profile of the starting point" not in text else
+                     fenced(fast.replace("IKJ", "KIJ"), "KIJ streams rows too."))
+
+    llm_server.default = answer
+    run(quick_matmul, tmp_path / "ws", llm_server, teams=["refiner"], max_evals=2)
+    first, second = events(tmp_path / "ws", "candidate_evaluated")
+    assert "revised after review: the flags miss -ffast-math" in first.idea
+    assert "-ffast-math" in (tmp_path / "ws" / "teams" / "refiner-1" / "candidates" / "c0001" /
+                             "candidate.c").read_text()
+    assert len(reviews) == 2 and "LOOP_ORDER IKJ" in reviews[0]
+    coder = [r for r in llm_server.requests if "## Profile of the starting point"
+             in json.dumps(r.messages)]
+    assert coder and "GFLOP/s" in json.dumps(coder[0].messages) and second.parent == "c0001"

@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from eat.state import RunState, Team
+from eat.state import Candidate, RunState, Team
 
 
 class PlanItem(BaseModel):
@@ -32,3 +32,8 @@ class Agent(Protocol):
 
     def propose(self, team: Team, state: RunState) -> Proposal | None:
         """The next untried candidate for `team`, or None when it has nothing left to try."""
+
+    def repair(self, team: Team, state: RunState, failed: Candidate,
+               log: str) -> Proposal | None:
+        """A fix of `failed` (its log: compiler message or mismatch), or None when this agent
+        does not repair."""

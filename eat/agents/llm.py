@@ -20,7 +20,7 @@ from eat.agents.base import PlanItem, Proposal
 from eat.agents.parse import correction_message, parse_reply
 from eat.errors import EatError
 from eat.llm import LLMClient
-from eat.runners.base import source_hash
+from eat.runners.base import Evaluation, source_hash
 from eat.state import Candidate, RunState, Team
 from eat.target import Target
 from eat.workspace import Paths, source_name
@@ -35,6 +35,11 @@ PLAN_SIZE = 5
 
 class _Plan(BaseModel):
     ideas: list[PlanItem] = Field(min_length=1, max_length=PLAN_SIZE)
+
+
+class _Review(BaseModel):
+    approve: bool
+    problems: list[str] = Field([], max_length=8)
 
 
 def json_object(text: str) -> str:
@@ -114,9 +119,28 @@ class LLMAgent:
         return (self.paths.candidate(c.team, c.cid) / source_name(self.target.language)).read_text()
 
     def _start(self, team: Team, state: RunState) -> Candidate | None:
-        options = [c for c in (team.best, state.candidates.get(team.start_from or ""), state.best)
+        """Where the team works from: its own best or the candidate it was started from (a
+        fork's lineage); with neither, the run's best, except for an explorer, which starts
+        from the baseline so that it goes elsewhere."""
+        options = [c for c in (team.best, state.candidates.get(team.start_from or ""))
                    if c is not None and c.estimate is not None]
+        if not options and team.strategy != "explorer" and state.best is not None:
+            options = [state.best]
         return max(options, key=lambda c: c.estimate, default=None)
+
+    def plays(self, team: Team, role: str) -> bool:
+        """Whether the team has this role now (its roles, changed by a recompose, else its
+        preset's)."""
+        return role in (team.roles or self.roles)
+
+    def _profile(self, c: Candidate) -> list[str]:
+        """The profiler's view of a candidate: per workload, its time against the baseline and
+        the vendor, throughput and fraction of the device's peak."""
+        path = self.paths.result(c.team, c.cid)
+        if not path.is_file():
+            return []
+        ev = Evaluation.model_validate_json(path.read_text())
+        return [w.summary() for w in ev.workloads]
 
     # -- turns -------------------------------------------------------------------------------
 
@@ -126,13 +150,14 @@ class LLMAgent:
         recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.what}"
                   for c in state.recent_of(team.id, 6)]
         plan, new_plan = team.plan, None
-        if "planner" in self.roles and all(p["tried"] for p in plan):
+        if self.plays(team, "planner") and all(p["tried"] for p in plan):
             new_plan = self._plan(team, recent)
             plan = [p.model_dump() | {"tried": None} for p in new_plan or []]
         item = next((i for i, p in enumerate(plan) if not p["tried"]), None)
         repeated = [_known(state, cid) for cid in team.repeated] if team.repeats else []
+        profile = self._profile(parent) if parent and self.plays(team, "profiler") else []
         changing = render("coder.md.j2", team=team, role="coder", recent=recent,
-                          repeated=repeated,
+                          repeated=repeated, profile=profile,
                           language=self.target.fence,
                           idea=plan[item]["idea"] if item is not None else None,
                           parent=parent and {"cid": parent.cid, "source": source,
@@ -140,11 +165,36 @@ class LLMAgent:
         try:
             proposal = self._ask(team, state, "coder", changing, source,
                                  parent.cid if parent else None)
+            if self.plays(team, "reviewer"):
+                proposal = self._review(team, state, proposal)
         except AttemptError as e:
             e.plan = new_plan  # a fresh plan outlives the coder's failed attempt
             raise
         proposal.plan, proposal.plan_item = new_plan, item
         return proposal
+
+    def _review(self, team: Team, state: RunState, proposal: Proposal) -> Proposal:
+        """The reviewer reads the candidate before it spends an evaluation; problems it names
+        get the coder one revision (an unusable review, or revision, keeps the candidate)."""
+        messages = self._messages("reviewer", render(
+            "reviewer.md.j2", team=team, parent=proposal.parent, idea=proposal.idea,
+            language=self.target.fence, source=proposal.source))
+        reply = self.client_for("reviewer").chat(messages, agent=f"{team.id}/reviewer",
+                                                 team=team.id)
+        try:
+            review = _Review.model_validate_json(json_object(reply))
+        except ValidationError:
+            return proposal
+        if review.approve or not review.problems:
+            return proposal
+        changing = render("revise.md.j2", team=team, idea=proposal.idea, source=proposal.source,
+                          problems=review.problems, language=self.target.fence)
+        try:
+            revised = self._ask(team, state, "coder", changing, proposal.source, proposal.parent)
+        except AttemptError:
+            return proposal
+        revised.idea = f"{proposal.idea} (revised after review: {review.problems[0][:80]})"
+        return revised
 
     def _plan(self, team: Team, recent: list[str]) -> list[PlanItem] | None:
         """The planner's next ideas (None: two unusable replies; the coder then chooses)."""
@@ -164,7 +214,11 @@ class LLMAgent:
                               '{"ideas": [{"idea": "...", "expected_gain": 1.2}]}.'}]
         return None
 
-    def repair(self, team: Team, state: RunState, failed: Candidate, log: str) -> Proposal:
+    def repair(self, team: Team, state: RunState, failed: Candidate,
+               log: str) -> Proposal | None:
+        """The debugger's fix of a failed candidate; None when the team has no debugger."""
+        if not self.plays(team, "debugger"):
+            return None
         changing = render("debugger.md.j2", team=team, role="debugger",
                           language=self.target.fence, failed={
                               "cid": failed.cid, "idea": failed.idea, "status": failed.status,

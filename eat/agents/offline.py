@@ -9,12 +9,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from eat.agents import surrogate
 from eat.agents.base import Proposal
 from eat.runners.base import source_hash
-from eat.state import RunState, Team
+from eat.state import RunState, Team, differs, region_radius
 from eat.target import Target
 
-STRATEGIES = ("coordinate", "explorer", "refiner")
+STRATEGIES = ("coordinate", "explorer", "refiner", "model")
 _TRIES = 200
 
 
@@ -53,6 +54,9 @@ class OfflineAgent:
         self.seed = seed
         self._rendered: dict[tuple, tuple[str, str]] = {}
 
+    def repair(self, team, state, failed, log) -> None:
+        return None  # a failed configuration is a measured fact about the knob space
+
     def propose(self, team: Team, state: RunState) -> Proposal | None:
         if team.strategy not in STRATEGIES:
             raise ValueError(f"offline agent has no strategy {team.strategy!r}")
@@ -70,8 +74,17 @@ class OfflineAgent:
         center = max(options, key=lambda c: c.estimate)
         return {**defaults(self.target), **center.knobs}, center.cid
 
+    def _avoided(self, team: Team, state: RunState):
+        """A test of whether a configuration lies in a region the team was told to keep out
+        of (another team's optimum)."""
+        regions = [state.candidates[c].knobs for c in team.avoid if c in state.candidates]
+        radius = region_radius(len(self.target.knobs))
+        return lambda knobs: any(differs(knobs, r) < radius for r in regions)
+
     def _offer(self, knobs: dict[str, Any], state: RunState, idea: str,
-               parent: str | None) -> Proposal | None:
+               parent: str | None, team: Team | None = None) -> Proposal | None:
+        if team is not None and team.avoid and self._avoided(team, state)(knobs):
+            return None
         key = tuple(knobs.items())
         if key not in self._rendered:  # the same configurations come up again and again
             source = render(self.target, knobs)
@@ -85,16 +98,19 @@ class OfflineAgent:
         return random.Random(f"{self.seed}:{team.id}:{team.seed}:{team.evals}:{attempt}")
 
     def _neighbours(self, team: Team, state: RunState) -> Proposal | None:
-        """The first untried one-knob change of the centre, knobs taken round-robin."""
+        """The first untried one-knob change of the centre, knobs taken round-robin, each
+        knob's nearest values first (a small step is likelier to help than a leap)."""
         center, parent = self._center(team, state)
         names = list(self.target.knobs)
         first = team.evals % len(names)
         for name in names[first:] + names[:first]:
-            for value in self.target.knobs[name].values:
+            values = self.target.knobs[name].values
+            at = [str(v) for v in values].index(str(center[name]))
+            for value in sorted(values, key=lambda v: abs(values.index(v) - at)):
                 if value == center[name]:
                     continue
                 p = self._offer({**center, name: value}, state,
-                                _describe({name: value}, center), parent)
+                                _describe({name: value}, center), parent, team)
                 if p:
                     return p
         return None
@@ -105,11 +121,15 @@ class OfflineAgent:
         return self._neighbours(team, state)
 
     def _explorer(self, team: Team, state: RunState) -> Proposal | None:
-        for attempt in range(_TRIES):
-            rng = self._rng(team, attempt)
-            knobs = {n: rng.choice(k.values) for n, k in self.target.knobs.items()}
-            p = self._offer(knobs, state, "random configuration: " +
-                            ", ".join(f"{k}={v}" for k, v in knobs.items()), None)
+        """The untried configuration farthest from everything measured (coverage)."""
+        space = {n: k.values for n, k in self.target.knobs.items()}
+        measured = [defaults(self.target)] + [c.knobs for c in state.candidates.values()
+                                              if c.knobs]
+        avoided = self._avoided(team, state)
+        for knobs in surrogate.spread(space, measured, self._rng(team, 0),
+                                      allowed=lambda k: not avoided(k)):
+            p = self._offer(knobs, state, "farthest from everything measured: " +
+                            ", ".join(f"{k}={v}" for k, v in knobs.items()), None, team)
             if p:
                 return p
         return None
@@ -124,7 +144,29 @@ class OfflineAgent:
                       if (v := rng.choice(self.target.knobs[n].values)) != center[n]}
             if not change:
                 continue
-            p = self._offer({**center, **change}, state, _describe(change, center), parent)
+            p = self._offer({**center, **change}, state, _describe(change, center), parent, team)
             if p:
                 return p
         return self._neighbours(team, state)
+
+    def _model(self, team: Team, state: RunState) -> Proposal | None:
+        """The untried configuration a surrogate of every candidate so far rates best (with an
+        exploration bonus), in the whole space or, for a team given a start, in its region;
+        the baseline's configuration is known to give 1.0x."""
+        space = {n: k.values for n, k in self.target.knobs.items()}
+        observed = [(defaults(self.target), 1.0)] + [
+            (c.knobs, c.estimate) for c in state.candidates.values() if c.knobs]
+        avoided = self._avoided(team, state)
+        start = state.candidates.get(team.start_from or "")
+        radius = region_radius(len(space))
+
+        def allowed(knobs: dict) -> bool:  # a forked model searches its start's region only
+            near = start is None or differs(knobs, start.knobs) < radius
+            return near and not avoided(knobs)
+
+        for knobs in surrogate.suggest(space, observed, self._rng(team, 0), allowed=allowed):
+            p = self._offer(knobs, state, "surrogate's pick: " +
+                            ", ".join(f"{k}={v}" for k, v in knobs.items()), None, team)
+            if p:
+                return p
+        return None

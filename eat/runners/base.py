@@ -47,6 +47,22 @@ class WorkloadResult(BaseModel):
     vendor_gflops: float | None = None
     vendor_gbps: float | None = None
 
+    def summary(self) -> str:
+        """One line for people and prompts: times, throughput, fraction of peak."""
+        ms = lambda s: f"{s.median_s * 1e3:.3f} ms"  # noqa: E731
+        parts = [" ".join(f"{k}={v}" for k, v in self.params.items()) + ": " + ms(self.candidate)]
+        others = [f"{name} {ms(s)}" for name, s in (("baseline", self.baseline),
+                                                    ("vendor", self.vendor)) if s]
+        if others:
+            parts[0] += f" ({', '.join(others)})"
+        if self.gflops:
+            parts.append(f"{self.gflops:.1f} GFLOP/s")
+        if self.gbps:
+            parts.append(f"{self.gbps:.1f} GB/s")
+        if self.peak_fraction:
+            parts.append(f"{self.peak_fraction:.0%} of peak")
+        return ", ".join(parts)
+
 
 class Evaluation(BaseModel):
     """The verdict on one candidate (the evaluation contract in DESIGN)."""

@@ -1,0 +1,144 @@
+"""A surrogate of the knob space: a Gaussian process over knob indices, with an exploration bonus.
+
+The model team proposes the configuration with the highest upper confidence bound
+(predicted log speedup + BONUS standard deviations) among those nobody has tried. It learns
+from every candidate of the run, whichever team evaluated it, so the others' work is its data.
+Knob values are placed by their index in the knob's list, scaled to [0, 1]: the order a target
+lists its values in is the one assumption (a larger tile next to a smaller one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from typing import Any
+
+import numpy as np
+
+BONUS = 2.0                 # exploration: standard deviations added to the predicted mean
+NOISE = 0.05                # observation noise, in units of the standardized log speedup
+LENGTHS = (0.12, 0.18, 0.27, 0.4, 0.6)  # kernel widths tried, by marginal likelihood
+ENUMERATE_UP_TO = 20_000    # configurations scored exhaustively; larger spaces are sampled
+SAMPLES = 4_000
+FAILED_PENALTY = math.log(2.0)  # a failed configuration counts as half the worst speedup
+
+
+def _rbf(a: np.ndarray, b: np.ndarray, length: float) -> np.ndarray:
+    d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2)
+    return np.exp(-d2 / (2 * length * length))
+
+
+class GP:
+    """Posterior of a zero-mean GP on standardized targets, width chosen by evidence."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.mean, self.scale = float(y.mean()), float(y.std()) or 1.0
+        self.x, z = x, (y - self.mean) / self.scale
+        best = None
+        for length in LENGTHS:
+            k = _rbf(x, x, length) + NOISE ** 2 * np.eye(len(x))
+            chol = np.linalg.cholesky(k)
+            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
+            evidence = -0.5 * z @ alpha - np.log(np.diag(chol)).sum()
+            if best is None or evidence > best[0]:
+                best = (evidence, length, chol, alpha)
+        _, self.length, self.chol, self.alpha = best
+
+    def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of the log speedup at each row of `xs`."""
+        ks = _rbf(xs, self.x, self.length)
+        mu = ks @ self.alpha
+        v = np.linalg.solve(self.chol, ks.T)
+        var = np.clip(1.0 - (v * v).sum(axis=0), 1e-12, None)
+        return self.mean + self.scale * mu, self.scale * np.sqrt(var)
+
+
+def _point(knobs: dict[str, Any], space: dict[str, list]) -> tuple[int, ...] | None:
+    """The index of each knob's value (its first value where a knob is missing)."""
+    idx = []
+    for name, values in space.items():
+        value = knobs.get(name, values[0])
+        names = [str(v) for v in values]
+        if str(value) not in names:
+            return None
+        idx.append(names.index(str(value)))
+    return tuple(idx)
+
+
+def _candidates(space: dict[str, list], tried: set, top: list[tuple], rng: random.Random):
+    """Untried index tuples to score: every one in a small space; else a random sample plus
+    the one-knob neighbours of the best points."""
+    sizes = [len(v) for v in space.values()]
+    if math.prod(sizes) <= ENUMERATE_UP_TO:
+        return [p for p in itertools.product(*map(range, sizes)) if p not in tried]
+    pool = {tuple(rng.randrange(n) for n in sizes) for _ in range(SAMPLES)}
+    for p in top:
+        for k, n in enumerate(sizes):
+            pool.update(p[:k] + (v,) + p[k + 1:] for v in range(n))
+    return sorted(pool - tried)
+
+
+def spread(space: dict[str, list], observed: list[dict], rng: random.Random,
+           count: int = 8, allowed=lambda knobs: True) -> list[dict[str, Any]]:
+    """Up to `count` untried configurations that `allowed` accepts, farthest first from every
+    configuration measured (maximin in knob-index space, scaled to [0, 1]): coverage, so no
+    region stays unseen for long."""
+    scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
+    points = {p for k in observed if (p := _point(k, space)) is not None}
+    names = list(space)
+
+    def knobs(p: tuple[int, ...]) -> dict[str, Any]:
+        return {names[k]: space[names[k]][i] for k, i in enumerate(p)}
+
+    pool = [p for p in _candidates(space, points, [], rng) if allowed(knobs(p))]
+    if not pool:
+        return []
+    if not points:
+        return [knobs(p) for p in rng.sample(pool, min(count, len(pool)))]
+    xs, seen = np.array(pool) / scale, np.array(sorted(points)) / scale
+    nearest = np.full(len(pool), np.inf)
+    for start in range(0, len(seen), 256):  # bounded memory on large histories
+        block = seen[start:start + 256]
+        d2 = ((xs[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)
+        nearest = np.minimum(nearest, d2.min(axis=1))
+    jitter = np.array([rng.random() for _ in pool]) * 1e-9  # ties broken by the run's seed
+    return [knobs(pool[i]) for i in np.argsort(-(nearest + jitter), kind="stable")[:count]]
+
+
+def suggest(space: dict[str, list], observed: list[tuple[dict, float | None]],
+            rng: random.Random, bonus: float = BONUS, count: int = 8,
+            allowed=lambda knobs: True) -> list[dict[str, Any]]:
+    """Up to `count` untried configurations that `allowed` accepts, best acquisition first.
+
+    `observed` is every (knobs, speedup or None when it failed) the run has seen; with fewer
+    successes than knobs there is nothing to fit yet, and the picks are random.
+    """
+    scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
+    points, values = [], []
+    ok = [s for _, s in observed if s]
+    worst = math.log(min(ok)) if ok else 0.0
+    for knobs, speedup in observed:
+        p = _point(knobs, space)
+        if p is not None:
+            points.append(p)
+            values.append(math.log(speedup) if speedup else worst - FAILED_PENALTY)
+    tried = set(points)
+    order = sorted(range(len(points)), key=lambda i: -values[i])
+    names = list(space)
+
+    def knobs(p: tuple[int, ...]) -> dict[str, Any]:
+        return {names[k]: space[names[k]][i] for k, i in enumerate(p)}
+
+    pool = [p for p in _candidates(space, tried, [points[i] for i in order[:5]], rng)
+            if allowed(knobs(p))]
+    if not pool:
+        return []
+    if len(ok) < max(3, len(space)):
+        picks = rng.sample(pool, min(count, len(pool)))
+    else:
+        gp = GP(np.array(points) / scale, np.array(values))
+        mu, sd = gp.predict(np.array(pool) / scale)
+        score = mu + bonus * sd
+        picks = [pool[i] for i in np.argsort(-score, kind="stable")[:count]]
+    return [knobs(p) for p in picks]

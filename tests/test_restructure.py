@@ -1,0 +1,242 @@
+"""The supervisor's decisions (eat.restructure), each on a synthetic history."""
+
+from eat.config import RunConfig
+from eat.events import AttemptFailed, CandidateEvaluated, RestructureScored
+from eat.plateau import detect_plateaus
+from eat.restructure import Limits, arm_values, decide, diagnose, score
+from eat.team import pick_team
+from history import CFG, History
+
+LIMITS = Limits(max_teams=4)
+
+
+def act(h: History, limits: Limits = LIMITS, kinds=None, scope=None):
+    """Detect, diagnose and decide as one supervisor step does (on the plateaus of these kinds
+    and scope); record what it decided."""
+    found = [p for p in detect_plateaus(h.state, CFG) if (kinds is None or p.kind in kinds)
+             and (scope is None or p.scope == scope)]
+    for p in found:
+        h.add(p.event())
+    ops = decide([diagnose(p, h.state) for p in found], h.state, limits)
+    h.apply(ops)
+    return ops
+
+
+def summary(ops):
+    return [(o.op, o.team, o.params.get("preset"), o.params.get("start_from")) for o in ops]
+
+
+def climbed_optimum(h: History) -> None:
+    """coordinate-1 climbs to 2.0x at A=B=C=D=1; explorer-2 samples far, mostly poor."""
+    h.eval("coordinate-1", 1.5, A=0, B=1, C=1, D=1)
+    h.eval("coordinate-1", 2.0, A=1, B=1, C=1, D=1)
+    h.eval("explorer-2", 0.8, A=5, B=5, C=0, D=0)
+    h.eval("explorer-2", 0.9, A=0, B=0, C=5, D=5)
+    h.eval("explorer-2", 0.8, A=9, B=9, C=9, D=9)
+
+
+def test_a_region_exploration_opened_gets_a_climb_kept_out_of_found_optima():
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    bump = h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)   # twice its neighbour: a bump
+    ops = act(h)
+    assert summary(ops) == [("fork", None, "coordinate", bump.candidate)]
+    team = h.state.teams["coordinate-3"]
+    assert team.start_from == bump.candidate and team.avoid == ["c0002"]
+    assert act(h) == []                        # declared once, and now being climbed
+
+
+def test_a_poor_sample_among_poor_neighbours_opens_nothing():
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    h.eval("explorer-2", 0.85, A=9, B=9, C=9, D=8)
+    assert [p.kind for p in detect_plateaus(h.state, CFG)] == []
+
+
+def test_making_room_retires_the_stalest_local_search_never_an_explorer():
+    h = History("coordinate-1", "explorer-2", "coordinate-3")
+    climbed_optimum(h)
+    h.eval("coordinate-3", 1.0, A=3, B=3, C=3, D=3)
+    for _ in range(2):
+        h.eval("coordinate-3", 0.9)
+    h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
+    ops = act(h, Limits(max_teams=3), kinds={"opened"})
+    assert [(o.op, o.team) for o in ops] == [("retire", "coordinate-3"), ("fork", None)]
+    assert h.state.teams["explorer-2"].state == "active"
+
+
+def test_the_leading_climb_that_stalls_goes_on_while_combined_steps_try_the_elite():
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    for i in range(4):
+        h.eval("coordinate-1", 1.2, A=1, B=1, C=1, D=2 + i)
+    ops = act(h, kinds={"stalled"}, scope="team")
+    assert summary(ops) == [("fork", None, "refiner", "c0002")]
+    assert h.state.teams["coordinate-1"].state == "active"
+
+
+def test_a_stalled_climb_restarts_in_the_best_unclimbed_region_and_is_replaced():
+    h = History("coordinate-1", "explorer-2", "coordinate-3")
+    climbed_optimum(h)
+    h.eval("explorer-2", 1.7, A=9, B=9, C=9, D=8)
+    h.state.opened.add("c0006")                 # seen before, but no climb was possible then
+    h.eval("coordinate-3", 1.2, A=4, B=4, C=4, D=4)
+    for i in range(4):
+        h.eval("coordinate-3", 1.0, A=4, B=4, C=4, D=5 + i)
+    ops = act(h, kinds={"stalled"}, scope="team")
+    assert summary(ops) == [("fork", None, "model", "c0006"), ("retire", "coordinate-3", None,
+                                                                None)]
+    assert "chosen: fork model" in ops[0].reason
+
+
+def test_a_stalled_climb_with_nowhere_better_to_go_gives_its_turns_to_the_others():
+    h = History("coordinate-1", "explorer-2", "coordinate-3")
+    climbed_optimum(h)
+    h.eval("coordinate-3", 1.2, A=4, B=4, C=4, D=4)
+    for i in range(4):
+        h.eval("coordinate-3", 1.0, A=4, B=4, C=4, D=5 + i)
+    ops = act(h, Limits(max_teams=4, presets=frozenset({"coordinate", "explorer"})),
+              kinds={"stalled"}, scope="team")
+    assert summary(ops) == [("retire", "coordinate-3", None, None)]
+
+
+def test_an_explorer_that_stalls_is_kept_out_of_the_regions_found():
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    for i in range(4):
+        h.eval("explorer-2", 0.7, A=i, B=7, C=7, D=7)
+    (op,) = act(h, kinds={"stalled"}, scope="team")
+    assert (op.op, op.team, op.params["strategy"], op.params["avoid"]) == \
+        ("redirect", "explorer-2", "explorer", ["c0002"])
+    assert h.state.teams["explorer-2"].avoid == ["c0002"]
+
+
+def test_a_decision_is_scored_only_by_the_team_it_created():
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
+    act(h)                                      # fork coordinate-3 at c0006
+    h.eval("explorer-2", 3.0, A=7, B=0, C=7, D=0)   # another team beats the run's best
+    for _ in range(3):
+        h.eval("coordinate-3", 1.7)
+    (verdict,) = score(h.state, 3)
+    assert not verdict.helped and verdict.best_after == 3.0
+    h.add(verdict)
+    assert h.state.pending == []
+
+
+def test_retires_are_not_scored_and_a_helpful_fork_is():
+    h = History("coordinate-1", "explorer-2", "coordinate-3")
+    climbed_optimum(h)
+    h.eval("coordinate-3", 1.0, A=3, B=3, C=3, D=3)
+    h.eval("coordinate-3", 0.9)
+    h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
+    act(h, Limits(max_teams=3), kinds={"opened"})  # retire coordinate-3, fork coordinate-4
+    assert [p.op for p in h.state.pending] == ["fork"]
+    for s in (2.5, 2.4, 2.3):
+        h.eval("coordinate-4", s)
+    (verdict,) = score(h.state, 3)
+    assert verdict.helped and verdict.by == "c0009"
+
+
+def test_scored_restarts_steer_the_next_choice():
+    h = History("coordinate-1")
+    before = arm_values(h.state)
+    assert max(before, key=before.get) == "fork model"
+    h.state.restructure_arms.update({101: "fork model", 102: "fork model"})
+    for seq in (101, 102):
+        h.add(RestructureScored(restructure=seq, helped=False, best_before=2.0,
+                                best_after=2.0))
+    after = arm_values(h.state)
+    assert h.state.arm_stats["fork model"] == (2, 0)
+    assert after["fork model"] < after["fork coordinate"]
+
+
+def test_a_team_repeating_known_candidates_is_steered_then_retired():
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    for _ in range(2):
+        h.add(AttemptFailed(team="explorer-2", kind="duplicate", reason="r", repeats="c0002"))
+    (op,) = act(h, kinds={"repeating"})
+    assert (op.op, op.team) == ("redirect", "explorer-2")
+    assert "repeated c0002" in op.params["directive"]
+    for _ in range(2):
+        h.add(AttemptFailed(team="explorer-2", kind="duplicate", reason="r", repeats="c0002"))
+    (op,) = act(h, kinds={"repeating"})
+    assert (op.op, op.team) == ("retire", "explorer-2")
+
+
+def test_a_failing_llm_team_gets_a_reviewer_then_is_retired():
+    h = History("coordinate-1", "explorer-2")
+    h.state.teams["explorer-2"].roles = ["planner", "coder", "debugger"]
+    h.eval("coordinate-1", 2.0)
+    for _ in range(3):
+        h.eval("explorer-2", None, status="compile_error")
+    llm = Limits(max_teams=4, llm=True)
+    (op,) = act(h, llm, kinds={"failing"})
+    assert (op.op, op.params["added"]) == ("recompose", ["reviewer"])
+    assert h.state.teams["explorer-2"].roles[-1] == "reviewer"
+    for _ in range(3):
+        h.eval("explorer-2", None, status="incorrect")
+    (op,) = act(h, llm, kinds={"failing"})
+    assert (op.op, op.team) == ("retire", "explorer-2")
+
+
+def test_a_failing_offline_team_is_redirected():
+    h = History("coordinate-1", "explorer-2")
+    h.eval("coordinate-1", 2.0)
+    for _ in range(3):
+        h.eval("explorer-2", None, status="compile_error")
+    (op,) = act(h, kinds={"failing"})
+    assert (op.op, op.params["strategy"]) == ("redirect", "refiner")
+
+
+def test_no_team_is_spawned_past_the_cap_and_the_last_team_stays():
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
+    assert act(h, Limits(max_teams=4, spawn_cap=2)) == []
+    lone = History("coordinate-1")
+    lone.eval("coordinate-1", 2.0)
+    lone.state.teams["coordinate-1"].redirects = 1
+    for _ in range(3):
+        lone.eval("coordinate-1", None, status="crash")
+    assert act(lone, Limits(max_teams=4, spawn_cap=1), kinds={"failing"}) == []
+
+
+def test_knobless_candidates_converge_only_on_the_same_source():
+    def knobless(h, team, digest, speedup):
+        h.n += 1
+        h.add(CandidateEvaluated(candidate=f"c{h.n:04d}", team=team, source_hash=digest,
+                                 status="ok", speedup=speedup, noise=0.01))
+
+    for same in (False, True):
+        h = History("coordinate-1", "explorer-2")
+        knobless(h, "coordinate-1", "h-a", 2.0)
+        knobless(h, "explorer-2", "h-a" if same else "h-b", 2.0)
+        for i in range(2):
+            knobless(h, "coordinate-1", f"x{i}", 1.0)
+            knobless(h, "explorer-2", f"y{i}", 1.0)
+        converged = [p for p in detect_plateaus(h.state, CFG) if p.kind == "converged"]
+        assert bool(converged) is same
+
+
+def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
+    class Ctx:
+        config = RunConfig(target="t")
+
+    h = History("coordinate-1", "explorer-2")
+    Ctx.state = h.state
+    h.eval("coordinate-1", 1.0)
+    h.eval("explorer-2", 1.0)
+    h.eval("coordinate-1", 1.5)                 # a gain: it plays on
+    assert pick_team(Ctx).id == "coordinate-1"
+    h.eval("coordinate-1", 2.0)                 # its free turn, and another gain
+    assert pick_team(Ctx).id == "coordinate-1"
+    h.eval("coordinate-1", 1.0)                 # no gain: turns by share again
+    assert pick_team(Ctx).id == "explorer-2"
+    assert h.state.teams["coordinate-1"].turns == h.state.teams["explorer-2"].turns + 1
+    Ctx.config = RunConfig(target="t", supervise=False)
+    h.eval("explorer-2", 1.0)
+    h.eval("coordinate-1", 3.0)
+    assert pick_team(Ctx).id == "explorer-2"    # without supervision, no one plays on

@@ -1,0 +1,87 @@
+"""The knob-space searches: coverage (explorer), the surrogate model, regions kept out of."""
+
+import random
+from pathlib import Path
+
+from eat.agents import surrogate
+from eat.agents.offline import OfflineAgent
+from eat.events import TeamSpawned
+from eat.state import differs
+from eat.target import load_target
+from history import History
+
+SPACE = {"A": list(range(9)), "B": list(range(9))}
+TARGET = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
+
+
+def bump(knobs):
+    """A smooth bump centred on A=6, B=2."""
+    return 1.0 + 3.0 * 0.5 ** ((knobs["A"] - 6) ** 2 + (knobs["B"] - 2) ** 2)
+
+
+def test_coverage_picks_the_untried_point_farthest_from_everything_measured():
+    measured = [{"A": 0, "B": 0}, {"A": 8, "B": 8}]
+    (first,) = surrogate.spread(SPACE, measured, random.Random(0), count=1)
+    assert first in ({"A": 8, "B": 0}, {"A": 0, "B": 8})
+    kept = surrogate.spread(SPACE, measured, random.Random(0), count=5,
+                            allowed=lambda k: k["A"] < 4)
+    assert kept and all(k["A"] < 4 for k in kept) and all(k not in measured for k in kept)
+
+
+def test_the_model_climbs_to_a_bump_from_a_few_measurements():
+    rng = random.Random(1)
+    observed = [({"A": a, "B": b}, bump({"A": a, "B": b})) for a, b in
+                [(0, 0), (8, 8), (0, 8), (8, 0), (4, 4), (5, 3)]]
+    for _ in range(12):
+        pick = surrogate.suggest(SPACE, observed, rng, count=1)[0]
+        assert all(pick != k for k, _ in observed)          # never a repeat
+        observed.append((pick, bump(pick)))
+    best = max(observed, key=lambda o: o[1])[0]
+    assert best == {"A": 6, "B": 2}
+
+
+def test_failed_configurations_count_as_poor_and_unseen_spaces_start_at_random():
+    observed = [({"A": 0, "B": 0}, 1.0), ({"A": 1, "B": 0}, None)]
+    picks = surrogate.suggest(SPACE, observed, random.Random(3), count=4)
+    assert len(picks) == 4 and {"A": 1, "B": 0} not in picks
+
+
+def knobs(loop="IJK", tile=0, unroll=1, cflags="-O2", mr=0, nr=8, pack=0):
+    return {"LOOP_ORDER": loop, "TILE": tile, "UNROLL": unroll, "CFLAGS": cflags, "MR": mr,
+            "NR": nr, "PACK": pack}
+
+
+def test_a_model_forked_from_a_point_searches_its_region_outside_the_avoided_ones():
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 9.0, **knobs("IKJ", cflags="-O3 -march=native"))
+    h.eval("coordinate-1", 20.0, **knobs("IKJ", 64, 4, "-O3 -march=native", 6, 16, 2))
+    h.add(TeamSpawned(team="model-2", preset="model", strategy="model", directive="d",
+                      start_from="c0002", avoid=["c0001"]))
+    team = h.state.teams["model-2"]
+    agent = OfflineAgent(TARGET, seed=0)
+    for _ in range(6):
+        p = agent.propose(team, h.state)
+        assert differs(p.knobs, h.state.candidates["c0002"].knobs) < 4   # its region
+        assert differs(p.knobs, h.state.candidates["c0001"].knobs) >= 4  # not the avoided one
+        h.eval("model-2", 5.0, **p.knobs)
+
+
+def test_an_explorer_keeps_out_of_the_regions_it_was_told_to_avoid():
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 9.0, **knobs("IKJ", cflags="-O3 -march=native"))
+    h.add(TeamSpawned(team="explorer-2", preset="explorer", strategy="explorer",
+                      directive="d", avoid=["c0001"]))
+    agent = OfflineAgent(TARGET, seed=0)
+    for _ in range(6):
+        p = agent.propose(h.state.teams["explorer-2"], h.state)
+        assert differs(p.knobs, h.state.candidates["c0001"].knobs) >= 4
+        h.eval("explorer-2", 1.0, **p.knobs)
+
+
+def test_a_climb_tries_the_nearest_values_of_a_knob_first():
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 2.0, **knobs(tile=64))
+    team = h.state.teams["coordinate-1"]
+    team.evals = 1                              # TILE is the second knob: its turn
+    p = OfflineAgent(TARGET, seed=0).propose(team, h.state)
+    assert p.knobs["TILE"] in (32, 128) and differs(p.knobs, knobs(tile=64)) == 1
