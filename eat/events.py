@@ -146,9 +146,15 @@ class AttemptFailed(_Event):
     repeats: str | None = Field(None, description="The candidate a duplicate repeats.")
 
 
+class TeamExhausted(_Event):
+    type: Literal["team_exhausted"] = "team_exhausted"
+    team: str = Field(description="Its agent has nothing left to try from where it stands.")
+
+
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
                         EliteRetimed, PlateauDetected, Restructured, RestructureScored,
-                        LLMCalled, AttemptFailed, SupervisorAdvised, PlanUpdated],
+                        LLMCalled, AttemptFailed, SupervisorAdvised, PlanUpdated,
+                        TeamExhausted],
                   Field(discriminator="type")]
 EVENT = TypeAdapter(Event)
 
@@ -187,6 +193,8 @@ def describe(e: Event) -> str:
             return f"plateau ({e.kind}) of {who}: {e.message}"
         case Restructured():
             return f"restructure {e.op} {e.team or ''}: {e.reason}".replace("  ", " ")
+        case TeamExhausted():
+            return f"team {e.team} has nothing left to try"
         case AttemptFailed():
             return f"team {e.team}: attempt failed ({e.kind}): {e.reason[:160]}"
         case PlanUpdated():

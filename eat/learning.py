@@ -29,9 +29,9 @@ def _cites(ids: list[str], most: int = 8) -> str:
 def lessons(state: RunState) -> list[tuple[str, list[str]]]:
     """The run's lessons, oldest first, each with the candidate ids it rests on."""
     out = []
-    for record, ids in state.lesson_log:
-        if record[0] == "best":
-            _, new, old, new_x, old_x = record
+    for lesson in state.lesson_log:
+        new, old, new_x, old_x = lesson.new, lesson.old, lesson.new_x, lesson.old_x
+        if new is not None:
             if old is None:
                 text = (f"first working candidate {new.cid}: {speedup_text(new_x)} "
                         f"({new.what[:100]})")
@@ -42,12 +42,12 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
                 text = (f"{new.idea[:100] or 'a new source'}: {speedup_text(old_x)} -> "
                         f"{speedup_text(new_x)} ({new.cid} over {old.cid})")
         else:
-            _, s, what = record
+            s = lesson.scored
             verdict = "helped" if s.helped else "did not help"
             by = f", by {s.by}" if s.by else ""
-            text = (f"restructure ({what}) {verdict}: best {speedup_text(s.best_before)} -> "
-                    f"{speedup_text(s.best_after)}{by}")
-        out.append((text, ids))
+            text = (f"restructure ({lesson.what}) {verdict}: best "
+                    f"{speedup_text(s.best_before)} -> {speedup_text(s.best_after)}{by}")
+        out.append((text, lesson.ids))
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from eat.config import PlateauConfig
 from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, LLMCalled,
                         PlanUpdated, PlateauDetected, RestructureScored, Restructured,
-                        RunStarted, SupervisorAdvised, TeamSpawned)
+                        RunStarted, SupervisorAdvised, TeamExhausted, TeamSpawned)
 
 LOCAL = frozenset({"coordinate", "refiner"})
 PLATEAU_KINDS = ("stalled", "failing", "exhausted", "converged", "repeating")
@@ -70,7 +70,7 @@ class Team:
     since_improvement: int = 0
     failures: int = 0          # consecutive non-ok candidates
     redirects: int = 0
-    exhausted: bool = False    # set by the agent at run time, not from events
+    exhausted: bool = False    # its agent had nothing left to try (a team_exhausted event)
     offset: float = 0.0        # turns credited at spawn, so a new team does not catch up
     failed_attempts: int = 0   # turns that produced no candidate (malformed reply, outage)
     repeats: int = 0           # duplicate attempts since its last evaluation
@@ -116,6 +116,20 @@ class Usage:
             self.unpriced_calls += e.ok
         else:
             self.cost_usd += e.cost_usd
+
+
+@dataclass
+class Lesson:
+    """Something the run learned, with the candidates it rests on: a new best (`new` over
+    `old`, their values then), or a scored restructure (`scored`, and what it did)."""
+
+    ids: list[str]
+    new: Candidate | None = None
+    old: Candidate | None = None
+    new_x: float | None = None
+    old_x: float | None = None
+    scored: RestructureScored | None = None
+    what: str = ""
 
 
 @dataclass
@@ -165,10 +179,9 @@ class RunState:
         self.retimed: set[str] = set()
         self.opened: set[str] = set()   # candidates whose region was declared worth a climb
         self.pending: list[Pending] = []
-        # Lessons, oldest first: ("best", new, previous, their values then) and ("scored",
-        # event, what the restructure did). Past LESSONS_KEPT the oldest LESSONS_BATCH are
-        # counted, with a few of their ids, in one go (so the list changes at its head rarely).
-        self.lesson_log: list[tuple[tuple, list[str]]] = []
+        # Lessons, oldest first. Past LESSONS_KEPT the oldest LESSONS_BATCH are counted, with
+        # a few of their ids, in one go (so the list changes at its head rarely).
+        self.lesson_log: list[Lesson] = []
         self.restructure_ops: dict[int, str] = {}
         self.restructure_arms: dict[int, str] = {}
         self.arm_stats: dict[str, tuple[int, int]] = {}  # restart arm -> (scored, helped)
@@ -261,13 +274,16 @@ class RunState:
                     self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
             case AttemptFailed():
                 self._attempt_failed(e)
+            case TeamExhausted():
+                if e.team in self.teams:
+                    self.teams[e.team].exhausted = True
             case RestructureScored():
                 self.pending = [p for p in self.pending if p.seq != e.restructure]
                 if arm := self.restructure_arms.get(e.restructure):
                     n, wins = self.arm_stats.get(arm, (0, 0))
                     self.arm_stats[arm] = (n + 1, wins + e.helped)
-                self._lesson(("scored", e, self.restructure_ops.get(e.restructure, "")),
-                             [e.by] if e.by else [])
+                self._lesson(Lesson([e.by] if e.by else [], scored=e,
+                                    what=self.restructure_ops.get(e.restructure, "")))
 
     def _attempt_failed(self, e: AttemptFailed) -> None:
         # An outage is the provider's failure, not the team's: it must not make a team look
@@ -333,9 +349,9 @@ class RunState:
         if c.estimate is not None:
             self._rank(c)
             if self.best is c:
-                self._lesson(("best", c, previous, c.estimate,
-                              previous.estimate if previous else None),
-                             [c.cid] + ([previous.cid] if previous else []))
+                self._lesson(Lesson([c.cid] + ([previous.cid] if previous else []), new=c,
+                                    old=previous, new_x=c.estimate,
+                                    old_x=previous.estimate if previous else None))
             for knob, value in c.knobs.items():
                 stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
                 stat[0] += 1
@@ -350,13 +366,13 @@ class RunState:
         for kind in kinds:
             self.flagged.pop((scope, team, kind), None)
 
-    def _lesson(self, record: tuple, ids: list[str]) -> None:
+    def _lesson(self, lesson: Lesson) -> None:
         if len(self.lesson_log) >= LESSONS_KEPT:
-            for _, old_ids in self.lesson_log[:LESSONS_BATCH]:
+            for old in self.lesson_log[:LESSONS_BATCH]:
                 self.older_lessons += 1
-                self.older_ids = list(dict.fromkeys(self.older_ids + old_ids))[:12]
+                self.older_ids = list(dict.fromkeys(self.older_ids + old.ids))[:12]
             del self.lesson_log[:LESSONS_BATCH]
-        self.lesson_log.append((record, ids))
+        self.lesson_log.append(lesson)
 
     def _rank(self, c: Candidate) -> None:
         self.leaders = [x for x in self.leaders if x is not c and x.estimate is not None]

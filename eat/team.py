@@ -15,7 +15,7 @@ from eat.context import RunContext
 from eat.errors import BadInput
 from eat.agents.base import Proposal
 from eat.agents.llm import AttemptError
-from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated
+from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted
 from eat.runners.base import Evaluation
 from eat.plateau import is_local
 from eat.state import Team
@@ -89,7 +89,7 @@ def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | No
         return ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e),
                                         repeats=e.repeats))
     if proposal is None:
-        team.exhausted = True
+        ctx.record(TeamExhausted(team=team.id))
         return None
     if proposal.plan:
         ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in proposal.plan]))
