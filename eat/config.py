@@ -86,9 +86,7 @@ class RunConfig(BaseModel):
                                     f"{SPAWNED_PER_TEAM} times max_teams.")
     seed: int = Field(0, description="Seed of every random choice the offline agents make.")
     teams: list[str] | None = Field(None, min_length=1, description="Team presets spawned at "
-                                    "the start; None: a coordinate climb and a model of the knob "
-                                    "space for the offline agents, a coordinate and an explorer "
-                                    "team for LLM agents.")
+                                    "the start; None: a coordinate climb and an explorer.")
     max_teams: int = Field(4, ge=1, description="Most teams active at once.")
     supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
                             "False keeps the starting teams as they are (a baseline to compare "
@@ -96,9 +94,7 @@ class RunConfig(BaseModel):
     plateau: PlateauConfig = PlateauConfig()
 
     def start_teams(self) -> list[str]:
-        if self.teams:
-            return self.teams
-        return ["coordinate", "explorer"]
+        return self.teams or ["coordinate", "explorer"]
 
     def windows(self) -> PlateauConfig:
         """The plateau settings this run uses (windows scaled to max_evals)."""
