@@ -69,7 +69,7 @@ import tomli_w
 
 from eat.run import start_run
 from eat.runners.base import STATUSES, Evaluation, Stat, WorkloadResult, source_hash
-from eat.runners.cpu import CFLAGS_LINE
+from eat.runners.native import CFLAGS_LINE
 from eat.state import RunState
 from eat.team import load_presets
 from eat.workspace import Workspace

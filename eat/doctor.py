@@ -25,7 +25,8 @@ import numpy as np
 
 from eat.cache import device_lock, doctor_file
 from eat.runners.base import Peaks
-from eat.runners.cpu import compiler_version, cpu_model
+from eat.runners.cpu import cpu_model
+from eat.runners.native import compiler_version
 
 _FMA = r"""
 #include <stdio.h>

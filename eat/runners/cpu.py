@@ -14,9 +14,6 @@ from pathlib import Path
 from eat.runners import sandbox
 from eat.runners.base import Peaks
 from eat.runners.native import CC_FLAG_DENY, CC_FLAG_OK, NativeRunner, candidate_cflags
-# Re-exported: python.py, doctor.py and bench/search_efficiency.py import them from here.
-from eat.runners.base import eat_pythonpath  # noqa: F401
-from eat.runners.native import CFLAGS_LINE, compiler_version  # noqa: F401
 from eat.target import Build, EvalConfig, Target
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from eat.cache import device_lock
 from eat.runners import sandbox
-from eat.runners.base import Evaluation, Peaks, read_result, source_hash, summarize
-from eat.runners.cpu import cpu_model, eat_pythonpath
+from eat.runners.base import (Evaluation, Peaks, eat_pythonpath, read_result, source_hash,
+                              summarize)
+from eat.runners.cpu import cpu_model
 from eat.target import EvalConfig, Target
 
 # What each (runner, framework) needs, checked in a child so this process never imports torch.
