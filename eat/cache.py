@@ -24,6 +24,13 @@ def builds_dir() -> Path:
     return path
 
 
+def inputs_dir() -> Path:
+    """Targets' input sets and expected outputs (runners/inputs.py), keyed by target content."""
+    path = cache_dir() / "inputs"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def doctor_file() -> Path:
     """What `eat doctor` measured on this machine."""
     return cache_dir() / "doctor.json"

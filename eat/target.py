@@ -126,10 +126,16 @@ class EvalConfig(_Strict):
 
     seeds: int = Field(3, ge=1, description="Random input sets per workload (verify and timing).")
     warmup: int = Field(2, ge=0, description="Untimed calls per implementation and workload.")
-    min_repeats: int = Field(7, ge=3, description="Timed calls at least.")
-    max_repeats: int = Field(41, ge=3, description="Timed calls at most.")
+    min_repeats: int = Field(30, ge=3, description="Timed calls at least.")
+    max_repeats: int = Field(100, ge=3, description="Timed calls at most.")
+    target_rse: float = Field(0.01, gt=0, description="Stop timing a workload once the relative "
+                              "standard error of every implementation's median is below this "
+                              "(and min_repeats are in).")
     budget_s: float = Field(1.0, gt=0, description="Stop timing a workload after this much "
                             "time once min_repeats are in.")
+    pool_mb: int = Field(512, ge=1, description="Disk and memory for one workload's timed input "
+                         "sets: every timed call gets inputs the candidate has not seen, up to "
+                         "as many sets as fit here; beyond, calls cycle through them.")
     flush_cache: bool = Field(False, description="Write a buffer larger than the last-level "
                               "cache before every timed call.")
     timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit per contained process.")

@@ -74,6 +74,8 @@ class Evaluation(BaseModel):
     target: str = ""
     runner: str = ""
     device: str = ""
+    arch: str | None = Field(None, description="The architecture the candidate was built for "
+                             "(a GPU's, e.g. sm_90a); None where the build has no target arch.")
     vendor: str | None = Field(None, description="Name of the vendor library timed alongside.")
     vendor_speedup: float | None = Field(
         None, description="Geometric mean of baseline / vendor latency.")

@@ -1,7 +1,7 @@
 """The in-process half of the GPU harness: `python -m eat.runners.gpu_harness` in a contained child.
 
 The CPU harness's protocol and pieces (harness.py): the job on stdin, inputs and expected
-outputs made on the host by the reference before any candidate code is loaded, the lock-down,
+outputs made on the host by the reference in a process of their own (inputs.py), the lock-down,
 verify and time_all, one nonce-tagged result line. What differs is where the buffers live and
 how a call is waited for and timed:
 
@@ -39,8 +39,8 @@ class DeviceArray:
 class DeviceWorkload(Workload):
     """A Workload whose call buffers live on the device; its host arrays stage the copies."""
 
-    def __init__(self, job: dict, workload: dict, seeds: int, ref_mod, rt: Runtime):
-        super().__init__(job, workload, seeds, ref_mod)
+    def __init__(self, job: dict, index: int, rt: Runtime):
+        super().__init__(job, index)
         self.rt = rt
         host = {k: v for k, v in self.values.items() if isinstance(v, np.ndarray)}
         self.device = {k: rt.malloc(v.nbytes) for k, v in host.items()}
@@ -116,9 +116,7 @@ class DeviceTimer:
 def _setup(job: dict) -> tuple:
     rt = Runtime(job["kind"], job["runtime"])
     rt.set_device(0)  # the runner made the chosen GPU this process's only visible one
-    ref_mod = _load_py(job["reference"]["file"], "reference")
-    workloads = [DeviceWorkload(job, w, job["config"]["seeds"], ref_mod, rt)
-                 for w in job["workloads"]]
+    workloads = [DeviceWorkload(job, i, rt) for i in range(len(job["workloads"]))]
     base_fn = vendor_fn = timer = None
     if job["mode"] == "time":
         timer = DeviceTimer(rt, job["flush_bytes"])

@@ -1,8 +1,9 @@
 """The in-process half of the CPU harness: `python -m eat.runners.harness` in a contained child.
 
-Reads a JSON job on stdin, builds inputs and expected outputs with the target's reference
-*before* any candidate code is loaded, locks the process down, then verifies or times the
-candidate and writes one result line, tagged with the job's nonce, to a private copy of stdout.
+Reads a JSON job on stdin, locks the process down, then verifies or times the candidate on input
+sets whose expected outputs the target's reference made in another process, where no candidate
+ran (inputs.py), and writes one result line, tagged with the job's nonce, to a private copy of
+stdout. Timed calls take fresh sets: no call works on inputs the candidate saw before.
 Only numpy and the standard library are imported here: this runs once per check. The GPU
 harness (gpu_harness.py) is this one with device buffers: it reuses serve, Workload, verify and
 time_all, overriding how a call is made, waited for and timed.
@@ -23,6 +24,7 @@ from functools import partial
 import numpy as np
 
 from eat.runners.cabi import C_TYPES
+from eat.runners.inputs import SetChanged, SetFiles, set_index
 from eat.runners.sandbox import lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
@@ -55,13 +57,15 @@ def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
 
 
 class Workload:
-    """One workload: its input sets (one per seed) with expected outputs, and one set of buffers.
+    """One workload: its input sets with expected outputs (inputs.py), and one set of buffers.
 
-    Every call goes through the same buffers, the seed's inputs copied in and the outputs
-    poisoned first, so a candidate that keys saved results on buffer addresses is caught.
+    `sets` are the verification seeds in a verify job and the timed pool in a time job. Every
+    call goes through the same buffers, the set's inputs copied in and the outputs poisoned
+    first, so a candidate that keys saved results on buffer addresses is caught.
     """
 
-    def __init__(self, job: dict, workload: dict, seeds: int, ref_mod):
+    def __init__(self, job: dict, index: int):
+        workload = job["workloads"][index]
         params, shapes = workload["params"], workload["shapes"]
         self.params = params
         self.label = ", ".join(f"{k}={v}" for k, v in params.items())
@@ -73,37 +77,9 @@ class Workload:
             arr = aligned_empty(tuple(shapes[a["name"]]), _DTYPES[a["ctype"]])
             (self.inputs if a["const"] else self.outputs)[a["name"]] = arr
             self.values[a["name"]] = arr
-        self.sets = [self._make_set(job, ref_mod, seed) for seed in range(seeds)]
+        self.sets = SetFiles(job["sets"]["dir"], job["sets"]["workloads"][index][job["mode"]])
         self.c_args = call_args(job["args"], {k: v.ctypes.data if isinstance(v, np.ndarray)
                                               else v for k, v in self.values.items()})
-
-    def _make_set(self, job: dict, ref_mod, seed: int) -> dict:
-        rng = np.random.default_rng(seed)
-        made = {}
-        if job["reference"].get("inputs"):
-            made = getattr(ref_mod, job["reference"]["inputs"])(rng, **self.params)
-        inputs = {}
-        for name, buf in self.inputs.items():
-            src = made.get(name)
-            if src is None:
-                src = (rng.random(buf.shape) * 2 - 1) if buf.dtype.kind == "f" \
-                    else rng.integers(0, 100, buf.shape)
-            inputs[name] = np.ascontiguousarray(np.asarray(src).reshape(buf.shape),
-                                                dtype=buf.dtype)
-        saved = {k: v.copy() for k, v in inputs.items()}
-        ref_fn = getattr(ref_mod, job["reference"]["function"])
-        got = ref_fn(**inputs, **{k: v for k, v in self.values.items()
-                                  if not isinstance(v, np.ndarray)})
-        if len(self.outputs) == 1 and not isinstance(got, (dict, tuple, list)):
-            got = {next(iter(self.outputs)): got}
-        elif isinstance(got, (tuple, list)):
-            got = dict(zip(self.outputs, got))
-        for k in inputs:
-            if not np.array_equal(inputs[k], saved[k]):
-                raise RuntimeError(f"the reference modified its input {k}")
-        expected = {k: np.asarray(got[k], dtype=v.dtype).reshape(v.shape)
-                    for k, v in self.outputs.items()}
-        return {"inputs": inputs, "expected": expected}
 
     def load(self, i: int) -> None:
         """Set up a call on input set `i`: inputs copied into the buffers, outputs poisoned."""
@@ -205,6 +181,12 @@ class _CpuWatch:
         self.wall_ns += time.perf_counter_ns() - self._w
 
 
+def rse(samples: list[float]) -> float:
+    """Relative standard error of the median, from the IQR (robust to the odd slow call)."""
+    q1, med, q3 = np.percentile(samples, [25, 50, 75])
+    return 0.93 * (q3 - q1) / (med * len(samples) ** 0.5) if med > 0 else float("inf")
+
+
 def _stat(samples: list[float]) -> dict:
     q1, med, q3 = np.percentile(samples, [25, 50, 75])
     return {"median_s": float(med), "iqr_s": float(q3 - q1), "n": len(samples)}
@@ -259,24 +241,27 @@ def time_all(job: dict, workloads: list[Workload], impls: dict, timer,
             return timer.time(call)
 
     kinds = list(impls)
+    warmup = cfg["warmup"]
     for w in workloads:
         samples = {k: [] for k in kinds}
-        for r in range(cfg["warmup"]):
+        for r in range(warmup):
             for kind in kinds:
                 run(kind, w, r % len(w.sets))
+        # Each round takes the next unseen set of the pool; past its end, sets come round again.
+        rounds = max(cfg["min_repeats"], min(cfg["max_repeats"], len(w.sets) - warmup))
         start = time.perf_counter()
-        r = 0
-        while r < cfg["max_repeats"]:
-            if r >= cfg["min_repeats"] and time.perf_counter() - start > cfg["budget_s"]:
-                break
-            i = r % len(w.sets)
+        for r in range(rounds):
+            i = set_index(r, warmup, len(w.sets))
             # Rotating the order keeps drift and cache state from favouring one implementation.
             for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                 samples[kind].append(run(kind, w, i))
                 if kind == "candidate":
                     w.check_inputs(i, f"timed call {r}")
                     w.check_outputs(i, tol, f"timed call {r}")
-            r += 1
+            if r + 1 >= cfg["min_repeats"] and (
+                    time.perf_counter() - start > cfg["budget_s"]
+                    or max(rse(v) for v in samples.values()) < cfg["target_rse"]):
+                break
         results.append({k: _stat(v) for k, v in samples.items()})
         with watch:  # an idle window: nothing of ours runs in it
             time.sleep(0.02)
@@ -314,6 +299,8 @@ def serve(setup, check) -> None:
         result = check(job, state)
     except Outcome as o:
         result = {"status": o.status, "message": o.message, "detail": o.detail}
+    except SetChanged as e:  # not the candidate's doing to answer for: the target's inputs
+        result = {"status": "harness_error", "message": str(e)}
     except Exception:
         tb = traceback.format_exc(limit=6)
         status = "harness_error" if phase == "setup" else "crash"
@@ -324,8 +311,7 @@ def serve(setup, check) -> None:
 
 
 def _setup(job: dict) -> tuple:
-    ref_mod = _load_py(job["reference"]["file"], "reference")
-    workloads = [Workload(job, w, job["config"]["seeds"], ref_mod) for w in job["workloads"]]
+    workloads = [Workload(job, i) for i in range(len(job["workloads"]))]
     base_fn = vendor_fn = None
     if job["mode"] == "time":
         if job.get("cpu") is not None:

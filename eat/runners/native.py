@@ -9,20 +9,23 @@ GpuRunner in gpu.py) fills in its hooks: compiler, flags, harness, device, envir
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eat.cache import builds_dir, device_lock
-from eat.runners import sandbox
+from eat.cache import builds_dir, device_lock, inputs_dir
+from eat.runners import inputs, sandbox
 from eat.runners.base import (Evaluation, HarnessError, Peaks, eat_pythonpath, read_result,
                               source_hash, summarize)
 from eat.target import EvalConfig, Target, eval_expr
@@ -85,6 +88,10 @@ class NativeRunner(ABC):
     def device(self) -> str:
         """The device candidates run on, for reports (part of the baseline's cache key)."""
 
+    def arch(self, target: Target) -> str | None:
+        """The architecture candidates are built for, for reports; None: the compiler's default."""
+        return None
+
     @abstractmethod
     def flags(self, source: str, default: str) -> tuple[list[str], str | None]:
         """The candidate's compiler flags, and why they are refused, if so."""
@@ -109,7 +116,7 @@ class NativeRunner(ABC):
                  workdir: Path | None = None) -> Evaluation:
         cfg = config or target.evaluation
         ev = dict(target=target.name, runner=self.name, device=self.device,
-                  source_hash=source_hash(source),
+                  arch=self.arch(target), source_hash=source_hash(source),
                   vendor=target.vendor.name if target.vendor else None)
         durations: dict[str, float] = {}
         flags, refused = self.flags(source, target.build.cflags)
@@ -123,14 +130,24 @@ class NativeRunner(ABC):
             src = tmp / f"candidate{self.suffix}"
             src.write_text(source)
             t0 = time.monotonic()
-            built = self._compile(target, src, flags, cfg)
+            cached = builds_dir() / f"cand-{self._build_key(target, source, flags)}"
+            if cached.with_suffix(".so").exists():  # the same source, flags and compiler
+                shutil.copyfile(cached.with_suffix(".so"), src.with_suffix(".so"))
+                compile_log = cached.with_suffix(".log").read_text() \
+                    if cached.with_suffix(".log").exists() else ""
+            else:
+                built = self._compile(target, src, flags, cfg)
+                if built.returncode != 0 or built.timed_out:
+                    log = built.stderr or built.stdout
+                    msg = "compiler timed out" if built.timed_out else _first_error(log)
+                    return Evaluation(status="compile_error", message=msg, compile_log=log,
+                                      durations=durations | {
+                                          "compile_s": time.monotonic() - t0}, **ev)
+                compile_log = built.stderr
+                cached.with_suffix(".log").write_text(compile_log)
+                shutil.copyfile(src.with_suffix(".so"), tmp / "build.tmp")
+                os.replace(tmp / "build.tmp", cached.with_suffix(".so"))
             durations["compile_s"] = time.monotonic() - t0
-            if built.returncode != 0 or built.timed_out:
-                log = built.stderr or built.stdout
-                msg = "compiler timed out" if built.timed_out else _first_error(log)
-                return Evaluation(status="compile_error", message=msg, compile_log=log,
-                                  durations=durations, **ev)
-            compile_log = built.stderr
             baseline_lib = self._baseline_lib(target, cfg)
             job = self._job(target, cfg, tmp / "candidate.so")
             t0 = time.monotonic()
@@ -140,10 +157,12 @@ class NativeRunner(ABC):
                 return Evaluation(status=res["status"], message=res["message"],
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
+            anchor_key = f"{baseline_lib}\0{cfg.model_dump_json()}"
+            anchor = self._anchors.get(anchor_key) if target.vendor else None
             with device_lock(self.lock_name):
                 t0 = time.monotonic()
                 res, run = self._harness(job | self.job_extra("time") | {
-                    "mode": "time", "baseline_lib": str(baseline_lib),
+                    "mode": "time", "baseline_lib": None if anchor else str(baseline_lib),
                     "vendor": target.vendor and {
                         "file": str(target.path(target.vendor.file).resolve()),
                         "function": target.vendor.function}}, tmp, cfg)
@@ -152,13 +171,31 @@ class NativeRunner(ABC):
                 return Evaluation(status=res["status"], message=res["message"],
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
+            detail = {"extra_cpu_s": res.get("extra_cpu_s", 0.0)}
+            if anchor:
+                detail["baseline"] = anchor.apply(res["workloads"])
+                if anchor.stale:
+                    del self._anchors[anchor_key]
+            elif target.vendor:
+                self._anchors[anchor_key] = Anchor.measure(res["workloads"])
             summary = summarize(target, res["workloads"], self.peaks)
             return Evaluation(status="ok", message="verified and timed", compile_log=compile_log,
-                              stderr=run.stderr, durations=durations,
-                              detail={"extra_cpu_s": res.get("extra_cpu_s", 0.0)},
+                              stderr=run.stderr, durations=durations, detail=detail,
                               **summary, **ev)
 
     # -- pieces ------------------------------------------------------------------------------
+
+    @property
+    def _anchors(self) -> dict[str, Anchor]:
+        return self.__dict__.setdefault("_anchor_table", {})
+
+    def _build_key(self, target: Target, source: str, flags: list[str]) -> str:
+        """Everything a build depends on: source, command, compiler, device (its arch), env."""
+        cmd = self.compile_command(target, Path(f"candidate{self.suffix}"), flags)
+        key = hashlib.sha256("\0".join([source, *cmd, compiler_version(cmd[0]), self.device,
+                                        *sorted(f"{k}={v}" for k, v in self.child_env().items())
+                                        ]).encode())
+        return key.hexdigest()[:16]
 
     def _compile(self, target: Target, src: Path, flags: list[str],
                  cfg: EvalConfig) -> sandbox.Completed:
@@ -173,12 +210,7 @@ class NativeRunner(ABC):
         if refused:
             raise HarnessError(f"{target.baseline.file}: {refused}")
         src_name = f"candidate{self.suffix}"
-        cmd = self.compile_command(target, Path(src_name), flags)
-        # Everything the build depends on: a different GPU (arch "native") means another build.
-        key = hashlib.sha256("\0".join([source, *cmd, compiler_version(cmd[0]), self.device,
-                                        *sorted(f"{k}={v}" for k, v in self.child_env().items())
-                                        ]).encode())
-        lib = builds_dir() / f"{target.name}-baseline-{key.hexdigest()[:16]}.so"
+        lib = builds_dir() / f"{target.name}-baseline-{self._build_key(target, source, flags)}.so"
         if not lib.exists():
             with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
                 src = Path(tmp) / src_name
@@ -195,12 +227,39 @@ class NativeRunner(ABC):
                                               for n, dims in target.shapes.items()}}
                      for w in target.workloads]
         ref = target.reference
-        return {"nonce": secrets.token_hex(16), "entry": target.entry.name,
-                "args": [a.model_dump() for a in target.args], "workloads": workloads,
-                "reference": {"file": str(target.path(ref.file).resolve()),
-                              "function": ref.function, "inputs": ref.inputs},
-                "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
-                "candidate_lib": str(lib), "lock_down": self.lock_down} | self.job_extra("verify")
+        job = {"nonce": secrets.token_hex(16), "entry": target.entry.name,
+               "args": [a.model_dump() for a in target.args], "workloads": workloads,
+               "reference": {"file": str(target.path(ref.file).resolve()),
+                             "function": ref.function, "inputs": ref.inputs},
+               "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
+               "candidate_lib": str(lib), "lock_down": self.lock_down}
+        return job | {"sets": self._input_sets(target, job)} | self.job_extra("verify")
+
+    def _input_sets(self, target: Target, job: dict) -> dict:
+        """Where this target's input sets are and their hashes; made by a child on first use."""
+        ref_text = Path(job["reference"]["file"]).read_text()
+        key = hashlib.sha256(json.dumps([inputs.VERSION, importlib.metadata.version("numpy"),
+                                         ref_text, job["reference"], job["args"],
+                                         job["workloads"]]).encode()).hexdigest()[:16]
+        folder = inputs_dir() / f"{target.name}-{key}"
+        cfg = job["config"]
+        sizes = tuple(cfg[k] for k in ("seeds", "warmup", "max_repeats", "pool_mb"))
+        if (folder, sizes) not in _SETS:
+            prep = {k: job[k] for k in ("args", "workloads", "reference", "config")}
+            limits = sandbox.Limits(wall_s=max(600.0, cfg["timeout_s"]),
+                                    cpu_s=max(600, cfg["cpu_s"]), max_output_chars=1 << 24,
+                                    address_space_bytes=cfg["memory_mb"] << 20)
+            env = sandbox.clean_env(folder.parent, {"PYTHONPATH": eat_pythonpath()})
+            run = sandbox.run([sys.executable, "-m", "eat.runners.inputs"], cwd=folder.parent,
+                              env=env, limits=limits, stdin=json.dumps(prep | {"dir": str(folder)}))
+            made = next((json.loads(line[len(inputs.PROBE_TAG):]) for line in
+                         run.stdout.splitlines() if line.startswith(inputs.PROBE_TAG)), None)
+            if made is None or "error" in made:
+                why = made["error"] if made else (run.stderr.strip().splitlines() or ["died"])[-1]
+                raise HarnessError(f"target {target.name}: making its inputs with the "
+                                   f"reference failed: {why[:300]}")
+            _SETS[(folder, sizes)] = made | {"dir": str(folder)}
+        return _SETS[(folder, sizes)]
 
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
         env = sandbox.clean_env(tmp, self.child_env() | {"PYTHONPATH": eat_pythonpath()})
@@ -208,3 +267,41 @@ class NativeRunner(ABC):
                           limits=self.harness_limits(cfg), stdin=json.dumps(job))
         run.stderr = sandbox.truncate(run.stderr, 4000)
         return read_result(job, run, cfg), run
+
+
+# Input sets' manifests, per folder and pool sizes: made (and hashed) once per process.
+_SETS: dict[tuple[Path, tuple], dict] = {}
+
+
+@dataclass
+class Anchor:
+    """The baseline's latency as a multiple of the vendor's, per workload, from one timing run
+    in which both were timed. The evaluations after it time the candidate and the vendor only
+    and scale the vendor's time by the ratio: a slow baseline is timed once per RECHECK
+    evaluations instead of every time, and the vendor, timed beside every candidate, carries
+    what the machine's state does to both. It is measured again after RECHECK uses, or as soon
+    as the vendor's time moves by more than DRIFT from when it was measured."""
+
+    RECHECK = 10
+    DRIFT = 0.15
+    baseline: list[dict]
+    vendor_s: list[float]
+    uses: int = 0
+    stale: bool = False
+
+    @classmethod
+    def measure(cls, timed: list[dict]) -> Anchor:
+        return cls(baseline=[t["baseline"] for t in timed],
+                   vendor_s=[t["vendor"]["median_s"] for t in timed])
+
+    def apply(self, timed: list[dict]) -> str:
+        """Fill in each workload's baseline from its vendor time; says how, for the record."""
+        self.uses += 1
+        for t, base, v0 in zip(timed, self.baseline, self.vendor_s):
+            scale = t["vendor"]["median_s"] / v0
+            self.stale |= abs(scale - 1) > self.DRIFT
+            t["baseline"] = base | {"median_s": base["median_s"] * scale,
+                                    "iqr_s": base["iqr_s"] * scale}
+        self.stale |= self.uses >= self.RECHECK
+        return (f"scaled from the vendor's time by the baseline/vendor ratio measured "
+                f"{self.uses} evaluation(s) earlier")

@@ -2,8 +2,9 @@
 
 Same protocol as harness.py (JSON job on stdin, one nonce-tagged result line on a private copy
 of stdout). Inputs and expected outputs come from the reference before the candidate is
-imported; harness.verify and harness.time_all judge and time it, a Case standing for a Workload
-and the backend for the timer. A backend hides the framework (torch on a CPU or GPU, MLX):
+imported, timed calls getting sets of their own, none seen before; harness.verify and
+harness.time_all judge and time it, a Case standing for a Workload and the backend for the
+timer. A backend hides the framework (torch on a CPU or GPU, MLX):
 moving arguments to the device, copying, poisoning, synchronizing and timing.
 """
 
@@ -14,10 +15,12 @@ import os
 import sys
 import time
 from functools import partial
+from itertools import count as count_from
 
 import numpy as np
 
 from eat.runners.harness import Outcome, _load_py, serve, time_all, verify
+from eat.runners.inputs import TIMED_SEED0, pool_size
 from eat.runners.verify import compare, poison
 
 
@@ -212,11 +215,23 @@ class Case:
         ref_fn = getattr(ref_mod, ref["function"])
         if self.init_args is not None:
             ref_fn = be.build(ref_fn, self.init_args)
+        cfg = job["config"]
+        # Timed calls take sets of their own, one per call while they fit in pool_mb: made
+        # here, before the candidate is imported, so only as many as the rounds that must run.
+        seeds, count = range(cfg["seeds"]), cfg["seeds"]
+        if job["mode"] == "time":
+            seeds, count = count_from(TIMED_SEED0), cfg["warmup"] + cfg["min_repeats"]
         self.sets = []
-        for seed in range(job["config"]["seeds"]):
+        for seed in seeds:
             be.seed(seed)
             args = _map(list(make(seed, **params)), be.to_device)
             self.sets.append(self._expect(args, ref_fn))
+            if len(self.sets) == 1 and job["mode"] == "time":
+                nbytes = sum(a.nbytes for a in self.sets[0]["inputs"]) + sum(
+                    a.nbytes for _, a in self.sets[0]["expected"])
+                count = pool_size(nbytes, cfg["warmup"], cfg["min_repeats"], cfg["pool_mb"])
+            if len(self.sets) >= count:
+                break
         self.args = _map(self.sets[0]["args"], lambda x: be.clone(x) if be.is_array(x) else x)
         self.leaves = [a for _, a in _leaves(self.args, be.is_array, "argument")]
         self.dest = self.sets[0]["dest"]

@@ -46,6 +46,9 @@ EXPECT: dict[str, frozenset[str]] = {
     "background_spinner": frozenset({"rejected"}),  # right, but leaves a thread burning CPU
     "slower": frozenset({"ok"}),              # correct, just slow: timed, never rejected
     "memo_by_address": frozenset({"incorrect", "rejected"}),  # replays results per buffer address
+    # Replays results keyed on two input values and the shape: right on any input it computed,
+    # so it may be ok, but timed calls get inputs it has not seen, so it gains nothing.
+    "memo_by_content": frozenset({"ok", "incorrect", "rejected"}),
 }
 SLOW = frozenset({"infinite_loop", "fork_bomb"})  # each waits out the kit's timeout_s
 
@@ -313,12 +316,15 @@ def test_message_gives_the_reason(judge, kit: Kit, behaviour: str):
 
 
 @pytest.mark.parametrize("kit, behaviour",
-                         _cases(lambda kit, b: b in ("baseline", "faster", "slower"),
-                                judges_status=True))
+                         _cases(lambda kit, b: b in ("baseline", "faster", "slower",
+                                                     "memo_by_content"), judges_status=True))
 def test_speedup(judge, kit: Kit, behaviour: str):
-    """The baseline is timed level with itself; clearly faster or slower ones are measured so."""
+    """The baseline is timed level with itself; clearly faster or slower ones are measured so;
+    a memo of earlier answers gains nothing (a replay would be many times the baseline)."""
     j = judge(kit, behaviour)
     ev = j.ev
+    if behaviour == "memo_by_content" and ev.status != "ok":
+        return  # caught outright: nothing was timed
     assert ev.status == "ok", _describe(ev)
     assert len(ev.workloads) == len(j.target.workloads)
     cfg = j.target.evaluation
@@ -332,6 +338,8 @@ def test_speedup(judge, kit: Kit, behaviour: str):
         assert low < ev.speedup < high, _describe(ev)
     elif behaviour == "faster":
         assert ev.speedup > kit.faster_than, _describe(ev)
+    elif behaviour == "memo_by_content":  # it computes as the baseline does, on every call
+        assert ev.speedup < high, _describe(ev)
     else:  # slower: four times the baseline's work
         assert ev.speedup < low, _describe(ev)
 

@@ -1,0 +1,180 @@
+"""Input sets and expected outputs of native targets: made once per target, kept on disk.
+
+A set is one seed's inputs for one workload and what the reference makes of them. Verification
+uses seeds 0..seeds-1. Timing uses a pool of other seeds, one per timed round, so no timed call
+of a candidate sees inputs it has seen before in its process: a memo keyed on input content
+gains nothing. The pool holds warmup + max_repeats sets where they fit in `pool_mb`; where they
+do not (large GPU workloads), rounds cycle through fewer sets.
+
+Sets are made by `python -m eat.runners.inputs`, a child with no candidate code in it, and kept
+as .npz files under cache_dir()/inputs/<target>-<key>/, the key hashing everything that decides
+them (the reference's source, the arguments, shapes and workloads, numpy's version), so a
+changed target gets new sets. The child reports each file's hash; harnesses refuse a file that
+no longer matches it, so a set changed on disk after it was made is not trusted.
+Only numpy and the standard library are imported on the child's side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from eat.runners.cabi import C_TYPES
+
+PROBE_TAG = "EAT-INPUTS "
+TIMED_SEED0 = 1_000_000  # timed seeds start here: none is a verification seed
+VERSION = "1"  # bump when make_set changes what it makes
+
+
+def pool_size(set_bytes: int, warmup: int, rounds: int, pool_mb: int) -> int:
+    """Timed sets per workload: one per warmup call and round, as many as fit in pool_mb."""
+    fit = (pool_mb << 20) // max(1, set_bytes)
+    return max(1, min(warmup + rounds, fit))
+
+
+def set_index(r: int, warmup: int, pool: int) -> int:
+    """The timed set of round r (warmup calls take sets 0..warmup-1)."""
+    return (warmup + r) % pool
+
+
+# -- making sets (the child) -----------------------------------------------------------------
+
+def _load_py(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(f"eat_target_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def set_bytes(job: dict, workload: dict) -> int:
+    """Bytes of one set: every pointer argument once (inputs, and outputs as expected)."""
+    return sum(int(np.prod(workload["shapes"][a["name"]], dtype=np.int64))
+               * np.dtype(C_TYPES[a["ctype"]]).itemsize for a in job["args"] if a["pointer"])
+
+
+def make_set(job: dict, workload: dict, ref_mod, seed: int) -> dict:
+    """{"inputs": {name: array}, "expected": {name: array}} for one seed of one workload."""
+    params, shapes = workload["params"], workload["shapes"]
+    rng = np.random.default_rng(seed)
+    made = {}
+    if job["reference"].get("inputs"):
+        made = getattr(ref_mod, job["reference"]["inputs"])(rng, **params)
+    inputs, outputs, scalars = {}, {}, {}
+    for a in job["args"]:
+        if not a["pointer"]:
+            scalars[a["name"]] = params[a["name"]]
+            continue
+        shape, dtype = tuple(shapes[a["name"]]), np.dtype(C_TYPES[a["ctype"]])
+        if not a["const"]:
+            outputs[a["name"]] = (shape, dtype)
+            continue
+        src = made.get(a["name"])
+        if src is None:
+            src = (rng.random(shape) * 2 - 1) if dtype.kind == "f" \
+                else rng.integers(0, 100, shape)
+        inputs[a["name"]] = np.ascontiguousarray(np.asarray(src).reshape(shape), dtype=dtype)
+    saved = {k: v.copy() for k, v in inputs.items()}
+    got = getattr(ref_mod, job["reference"]["function"])(**inputs, **scalars)
+    if len(outputs) == 1 and not isinstance(got, (dict, tuple, list)):
+        got = {next(iter(outputs)): got}
+    elif isinstance(got, (tuple, list)):
+        got = dict(zip(outputs, got))
+    for k in inputs:
+        if not np.array_equal(inputs[k], saved[k]):
+            raise RuntimeError(f"the reference modified its input {k}")
+    expected = {k: np.asarray(got[k], dtype=dt).reshape(shape)
+                for k, (shape, dt) in outputs.items()}
+    return {"inputs": inputs, "expected": expected}
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _write_set(path: Path, s: dict) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **{f"in.{k}": v for k, v in s["inputs"].items()},
+             **{f"out.{k}": v for k, v in s["expected"].items()})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, path)  # atomic: racing makers agree
+
+
+def prepare_job(job: dict) -> dict:
+    """Make the missing sets of every workload; {"workloads": [{"verify": [[file, hash]...],
+    "time": [...]}]}. Runs where no candidate ever ran."""
+    folder = Path(job["dir"])
+    folder.mkdir(parents=True, exist_ok=True)
+    ref_mod = _load_py(job["reference"]["file"], "reference")
+    cfg, out = job["config"], []
+    for wi, w in enumerate(job["workloads"]):
+        pool = pool_size(set_bytes(job, w), cfg["warmup"], cfg["max_repeats"], cfg["pool_mb"])
+        seeds = {"verify": list(range(cfg["seeds"])),
+                 "time": [TIMED_SEED0 + j for j in range(pool)]}
+        lists = {}
+        for kind, kind_seeds in seeds.items():
+            lists[kind] = []
+            for seed in kind_seeds:
+                path = folder / f"w{wi}-s{seed}.npz"
+                if not path.exists():
+                    _write_set(path, make_set(job, w, ref_mod, seed))
+                lists[kind].append([path.name, _hash(path.read_bytes())])
+        out.append(lists)
+    return {"workloads": out}
+
+
+# -- reading sets (the harnesses) ------------------------------------------------------------
+
+class SetChanged(Exception):
+    """A set on disk is not what was made: the harness cannot judge anything with it."""
+
+
+class SetFiles:
+    """The sets of one workload and mode, loaded from disk when first asked for.
+
+    Indexable like a list of sets; keeps the few most recently used, so a long pool of large
+    sets does not have to fit in memory at once.
+    """
+
+    def __init__(self, folder: str, entries: list[list[str]], keep: int = 4):
+        self.folder, self.entries, self.keep = Path(folder), entries, keep
+        self._loaded: dict[int, dict] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, i: int) -> dict:
+        if i not in self._loaded:
+            name, want = self.entries[i]
+            data = (self.folder / name).read_bytes()
+            if _hash(data) != want:
+                raise SetChanged(f"input set {self.folder / name} changed on disk after it "
+                                 f"was made; delete {self.folder} to make the sets again")
+            with np.load(io.BytesIO(data)) as z:
+                s = {"inputs": {}, "expected": {}}
+                for key in z.files:
+                    kind, name_ = key.split(".", 1)
+                    s["inputs" if kind == "in" else "expected"][name_] = z[key]
+            while len(self._loaded) >= self.keep:
+                self._loaded.pop(next(iter(self._loaded)))
+            self._loaded[i] = s
+        return self._loaded[i]
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    try:
+        print(PROBE_TAG + json.dumps(prepare_job(job)), flush=True)
+    except Exception as e:  # the target's reference failed: say so on one line
+        print(PROBE_TAG + json.dumps({"error": f"{type(e).__name__}: {e}"[:300]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

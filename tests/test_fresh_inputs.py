@@ -1,0 +1,110 @@
+"""Input sets (eat/runners/inputs.py): fresh inputs for timed calls, made once per target, kept
+on disk under a key of the target's content, refused when changed after they were made; and the
+CPU runner's anchor (a slow baseline timed once, then scaled from the vendor's time).
+
+Everything here is real: gcc, the contained harness processes, the files on disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eat.runners import native
+from eat.runners.base import HarnessError
+from eat.runners.cpu import CpuRunner
+from eat.target import EvalConfig, load_target
+
+ROOT = Path(__file__).resolve().parent.parent
+KIT = ROOT / "tests" / "conformance" / "kits" / "cpu"
+MEMO = (KIT / "memo_by_content.c").read_text()
+QUICK = EvalConfig(seeds=1, warmup=1, min_repeats=5, max_repeats=8, budget_s=0.2)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """A cache of this test's own, and no input sets remembered from other tests."""
+    monkeypatch.setenv("EAT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(native, "_SETS", {})
+
+
+def _sets(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "cache" / "inputs").iterdir())
+
+
+def test_a_memo_of_inputs_gains_only_when_inputs_repeat():
+    """The content-keyed memo computes as the naive baseline does: with a fresh set for every
+    timed call it is level with it; squeeze the pool to one set and it replays its way far
+    ahead, which is what the fresh sets take away."""
+    target = load_target(ROOT / "examples" / "cpu_matmul")
+    fresh = CpuRunner().evaluate(target, MEMO, config=QUICK)
+    repeating = CpuRunner().evaluate(target, MEMO, config=QUICK.model_copy(update={"pool_mb": 1}))
+    assert fresh.status == repeating.status == "ok", (fresh.message, repeating.message)
+    assert fresh.speedup < 2, fresh.speedup
+    assert repeating.speedup > 10, repeating.speedup
+
+
+def test_sets_are_made_once_and_remade_when_the_target_changes(tmp_path):
+    """A second runner in the same cache reuses the sets; a changed reference gets new ones,
+    and the baseline that matched the old reference is judged against the new one."""
+    kit = tmp_path / "kit"
+    shutil.copytree(KIT, kit)
+    baseline = (kit / "baseline.c").read_text()
+    assert CpuRunner().evaluate(load_target(kit), baseline, config=QUICK).status == "ok"
+    (first,) = _sets(tmp_path)
+    made = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
+    native._SETS.clear()  # as a new process would start
+    assert CpuRunner().evaluate(load_target(kit), baseline, config=QUICK).status == "ok"
+    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == made
+    ref = kit / "reference.py"
+    ref.write_text(ref.read_text().replace("return A", "return 2 * A", 1))
+    ev = CpuRunner().evaluate(load_target(kit), baseline, config=QUICK)
+    assert ev.status == "incorrect", ev.message
+    assert len(_sets(tmp_path)) == 2
+
+
+def test_timed_sets_are_new_seeds_one_per_call(tmp_path):
+    """Verification takes seeds 0..seeds-1; timing a pool of others, warmup + max_repeats."""
+    kit = load_target(KIT)
+    assert CpuRunner().evaluate(kit, (KIT / "baseline.c").read_text(), config=QUICK).ok
+    (folder,) = _sets(tmp_path)
+    names = {p.name for p in folder.glob("w0-*.npz")}
+    assert "w0-s0.npz" in names and "w0-s1.npz" not in names
+    timed = names - {"w0-s0.npz"}
+    assert len(timed) == QUICK.warmup + QUICK.max_repeats
+
+
+def test_a_set_changed_on_disk_is_refused(tmp_path):
+    """The harness checks each set against the hash taken when it was made."""
+    kit = load_target(KIT)
+    runner = CpuRunner()
+    baseline = (KIT / "baseline.c").read_text()
+    assert runner.evaluate(kit, baseline, config=QUICK).ok
+    (folder,) = _sets(tmp_path)
+    victim = folder / "w0-s0.npz"
+    data = bytearray(victim.read_bytes())
+    data[-9] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(HarnessError, match="changed on disk"):
+        runner.evaluate(kit, baseline, config=QUICK)
+
+
+def test_the_baseline_is_timed_once_then_scaled_from_the_vendor():
+    """On a target with a vendor, the first evaluation times the baseline; the next ones time
+    the candidate and the vendor only, and scale the vendor's time by the ratio measured."""
+    target = load_target(ROOT / "examples" / "cpu_matmul")
+    runner = CpuRunner()
+    source = target.baseline_source()
+    first = runner.evaluate(target, source, config=QUICK)
+    second = runner.evaluate(target, source, config=QUICK)
+    assert first.ok and second.ok
+    assert "baseline" not in first.detail
+    assert "scaled from the vendor" in second.detail["baseline"]
+    for a, b in zip(first.workloads, second.workloads):
+        ratio = b.baseline.median_s / b.vendor.median_s
+        assert ratio == pytest.approx(a.baseline.median_s / a.vendor.median_s)
+    # Measured again after RECHECK uses at the latest (sooner if the vendor's time drifts).
+    later = [runner.evaluate(target, source, config=QUICK) for _ in range(native.Anchor.RECHECK)]
+    assert any("baseline" not in ev.detail for ev in later)
