@@ -71,26 +71,41 @@ def _ms(stat) -> str:
     return "-" if stat is None else f"{stat.median_s * 1e3:.3f} ±{stat.iqr_s * 1e3:.3f}"
 
 
+def _pct(fraction: float | None) -> str:
+    return f"{fraction * 100:.0f}%" if fraction else "-"
+
+
+def _vendor_peak(w) -> float | None:
+    """The vendor's fraction of peak: the candidate's, scaled by their latencies (same work)."""
+    if w.peak_fraction and w.vendor:
+        return w.peak_fraction * w.candidate.median_s / w.vendor.median_s
+    return None
+
+
 def _print_evaluation(ev) -> None:
     if ev.workloads:
-        table = Table(title=f"{ev.target} on {ev.device}; latency: median ±IQR")
+        arch = f" ({ev.arch})" if ev.arch else ""
+        table = Table(title=f"{ev.target} on {ev.device}{arch}; latency: median ±IQR")
         names = "×".join(ev.workloads[0].params)
+        vendor_peak = any(_vendor_peak(w) for w in ev.workloads)
         for col in (names, "candidate ms", "baseline ms", "vendor ms", "speedup",
-                    "throughput", "% peak"):
+                    "throughput", "% peak", *(["vendor % peak"] if vendor_peak else [])):
             table.add_column(col, justify="right", no_wrap=True)
         for w in ev.workloads:
             thr = f"{w.gflops:.1f} GFLOP/s" if w.gflops else (
                 f"{w.gbps:.1f} GB/s" if w.gbps else "-")
-            peak = f"{w.peak_fraction * 100:.0f}%" if w.peak_fraction else "-"
             table.add_row("×".join(map(str, w.params.values())), _ms(w.candidate),
                           _ms(w.baseline), _ms(w.vendor),
-                          f"{w.speedup:.2f}x" if w.speedup else "-", thr, peak)
+                          f"{w.speedup:.2f}x" if w.speedup else "-", thr, _pct(w.peak_fraction),
+                          *([_pct(_vendor_peak(w))] if vendor_peak else []))
         out.print(table)
     line = f"[bold]{ev.status}[/bold]"
     if ev.speedup:
         line += f"  speedup {ev.speedup:.2f}x over the baseline"
     if ev.vs_vendor:
         line += f", {ev.vs_vendor:.2f}x the speed of {ev.vendor}"
+    if ev.vendor_speedup:
+        line += f" (which is {ev.vendor_speedup:.2f}x over the baseline)"
     out.print(line)
     if not ev.ok:
         out.print(ev.message, markup=False)

@@ -315,6 +315,13 @@ def parse_gpu_peaks(stdout: str) -> tuple[str, Peaks]:
         raise RuntimeError(f"unexpected output of the peak program: {stdout[-300:]!r}") from None
 
 
+def cuda_arch() -> str | None:
+    """The arch the GPU runner builds for on CUDA device 0 (from its probe), or None."""
+    from eat.runners.gpu import GpuRunner
+
+    return GpuRunner("cuda").device_arch()
+
+
 def measure_gpu_peaks() -> tuple[str, Peaks]:
     """Build GPU_PEAKS_CU with nvcc and run it on CUDA device 0: (device name, peaks).
 
@@ -323,9 +330,10 @@ def measure_gpu_peaks() -> tuple[str, Peaks]:
     with tempfile.TemporaryDirectory(prefix="eat-doctor-") as tmp:
         src, exe = Path(tmp) / "peaks.cu", Path(tmp) / "peaks"
         src.write_text(GPU_PEAKS_CU)
-        # `native` needs a visible GPU and nvcc >= 11.5; else nvcc's default target, whose PTX
-        # the driver compiles for the GPU at load time.
-        for arch in (["-arch=native"], []):
+        # The device's arch as the GPU runner finds it; else `native` (a visible GPU and nvcc
+        # >= 11.5); else nvcc's default target, whose PTX the driver compiles at load time.
+        device = cuda_arch()
+        for arch in ([[f"-arch={device}"]] if device else []) + [["-arch=native"], []]:
             built = subprocess.run(["nvcc", "-O3", *arch, "-o", str(exe), str(src)],
                                    capture_output=True, text=True, timeout=_NVCC_TIMEOUT_S)
             if built.returncode == 0:
@@ -404,6 +412,7 @@ def machine_report(refresh: bool = False) -> dict:
         "nvcc": _version(["nvcc", "--version"]),
         "nvidia_gpu": ", ".join(g["name"] for g in gpus) or None,
         "gpu_driver": gpus[0]["driver"] if gpus else None,
+        "gpu_arch": cuda_arch() if gpus and shutil.which("nvcc") else None,
         # hipcc builds for NVIDIA (and prints nvcc's version) when it finds nvcc, unless told.
         "hipcc": _version(["hipcc", "--version"], {"HIP_PLATFORM": "amd"}, "HIP version"),
         "extras": {name: importlib.util.find_spec(name) is not None

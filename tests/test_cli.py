@@ -83,3 +83,31 @@ def test_start_on_a_gpu_target_without_the_gpu_is_one_line_and_writes_nothing(tm
     done = eat("start", str(ROOT / "examples" / example), "--workspace", str(tmp_path / "ws"))
     _one_line_error(done, example, "needs the")
     assert not (tmp_path / "ws").exists()
+
+
+def test_eval_report_shows_the_arch_and_the_vendor_against_the_baseline_and_the_peak(monkeypatch):
+    """What `eat eval` prints for a GPU target with a vendor (an Evaluation made up here: the
+    figures are an H200's kind, not measured)."""
+    from rich.console import Console
+
+    from eat import cli
+    from eat.runners.base import Evaluation, Stat, WorkloadResult
+
+    def row(cand, base, vend, gbps, peak):
+        return WorkloadResult(params={"rows": 4096, "cols": 4096}, candidate=Stat(
+            median_s=cand, iqr_s=0, n=30), baseline=Stat(median_s=base, iqr_s=0, n=30),
+            vendor=Stat(median_s=vend, iqr_s=0, n=30), speedup=base / cand, gbps=gbps,
+            peak_fraction=peak)
+
+    ev = Evaluation(status="ok", message="verified and timed", target="cuda_softmax",
+                    runner="cuda", device="cuda:0 NVIDIA H200", arch="sm_90a",
+                    vendor="torch.softmax (PyTorch's CUDA kernel)", speedup=20.0,
+                    vs_vendor=0.5, vendor_speedup=40.0,
+                    workloads=[row(1e-4, 2e-3, 5e-5, 1342.0, 0.33)])
+    monkeypatch.setattr(cli, "out", Console(record=True, width=160))
+    cli._print_evaluation(ev)
+    text = cli.out.export_text()
+    assert "cuda:0 NVIDIA H200 (sm_90a)" in text
+    assert "vendor % peak" in text and "33%" in text and "66%" in text  # 0.33 * 1e-4 / 5e-5
+    assert ("speedup 20.00x over the baseline, 0.50x the speed of torch.softmax (PyTorch's CUDA "
+            "kernel) (which is 40.00x over the baseline)") in " ".join(text.split())

@@ -136,3 +136,17 @@ def test_a_gpu_that_cannot_run_gives_a_reason_not_an_error(tmp_path, monkeypatch
         assert doctor.load_peaks("cuda") is None
     else:
         assert peaks.gbps > 0 and peaks.gflops > 0 and why is None
+
+
+@needs_nvcc
+def test_doctor_names_the_arch_the_gpu_runner_builds_for(monkeypatch, fresh_cache):
+    """The arch comes from the runner's probe: here the fake runtime of tests/fake_gpu, which
+    says compute capability 9.0; the real nvcc knows sm_90a."""
+    import fake_gpu
+
+    monkeypatch.setenv(*next(iter(fake_gpu.runtime_env().items())))
+    monkeypatch.setattr(doctor, "nvidia_gpus", lambda: ([dict(GPU)], None))
+    monkeypatch.setattr(doctor, "measure_gpu_peaks",
+                        lambda: ("NVIDIA Test", Peaks(gflops=1.0, gbps=1.0)))
+    report = doctor.machine_report()
+    assert report["nvidia_gpu"] == "NVIDIA Test" and report["gpu_arch"] == "sm_90a"

@@ -7,6 +7,7 @@ is."""
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import importlib.util
 import os
@@ -38,7 +39,13 @@ SUFFIX = {"cuda": ".cu", "hip": ".hip"}
 CORNERS = {
     "cuda_matmul": [{"TILE": 32, "WPT": 8, "UNROLL": 16}, {"TILE": 8, "WPT": 8, "UNROLL": 2}],
     "cuda_softmax": [{"ROW_THREADS": 1024, "BLOCK": 128, "VEC": 4, "ONLINE": 1},
-                     {"ROW_THREADS": 8, "BLOCK": 1024, "VEC": 2, "ONLINE": 1}],
+                     {"ROW_THREADS": 8, "BLOCK": 1024, "VEC": 2, "ONLINE": 1},
+                     # The row in registers (ROW_REGS × ROW_THREADS floats at most), next to
+                     # rows too long for them (EMU_SHAPES' 1030 columns: the passes again).
+                     {"ROW_THREADS": 32, "BLOCK": 128, "VEC": 4, "ROW_REGS": 32},
+                     {"ROW_THREADS": 8, "BLOCK": 256, "VEC": 4, "ROW_REGS": 16, "ONLINE": 1},
+                     {"ROW_THREADS": 1024, "BLOCK": 1024, "VEC": 2, "ROW_REGS": 8},
+                     {"ROW_THREADS": 1, "BLOCK": 128, "VEC": 1, "ROW_REGS": 32}],
 }
 CORNERS["rocm_softmax"] = CORNERS["cuda_softmax"]
 
@@ -183,6 +190,72 @@ def test_softmax_reference_and_inputs(name: str):
     np.testing.assert_allclose(ns[target.reference.function](X, 64, 100).sum(axis=1), 1.0)
 
 
+# -- the vendors ----------------------------------------------------------------------------------
+
+VENDOR_MATH = {"cuda_matmul": "torch.matmul", "cuda_softmax": "torch.softmax",
+               "rocm_softmax": "torch.softmax"}
+
+
+@pytest.mark.parametrize("folder", GPU_EXAMPLES, ids=lambda p: p.name)
+def test_gpu_example_declares_a_vendor(folder: Path):
+    """Every GPU example times what a user would call instead. The vendor file imports torch
+    (only the timing harness loads it), so it is read here, not imported: its function takes
+    the entry's parameters by name, and the reference file stays free of torch."""
+    target = load_target(folder)
+    assert target.vendor and VENDOR_MATH[folder.name].split(".")[1] in target.vendor.name
+    tree = ast.parse(target.path(target.vendor.file).read_text())
+    fn = next(n for n in tree.body
+              if isinstance(n, ast.FunctionDef) and n.name == target.vendor.function)
+    assert [a.arg for a in fn.args.args] == [a.name for a in target.args]
+    assert VENDOR_MATH[folder.name] in ast.unparse(fn)
+    assert target.vendor.file != target.reference.file
+    assert "torch" not in target.path(target.reference.file).read_text()
+
+
+def _vendor_on_the_cpu(folder: Path):
+    """The example's vendor module with its buffers on the CPU instead of the GPU."""
+    pytest.importorskip("torch")
+    target = load_target(folder)
+    spec = importlib.util.spec_from_file_location(f"vendor_{folder.name}",
+                                                  target.path(target.vendor.file))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.DEVICE = "cpu"
+    return target, getattr(module, target.vendor.function)
+
+
+@pytest.mark.parametrize("name", ["cuda_softmax", "rocm_softmax"])
+def test_softmax_vendor_matches_the_reference_on_the_cpu(name: str):
+    """The vendor's math and its writing into Y, with numpy arrays standing in for the GPU
+    harness's device buffers (torch wraps both without a copy). On the GPU it runs PyTorch's GPU
+    kernel on __cuda_array_interface__ buffers: that part needs a GPU and torch built for it
+    (scripts/gpu_check.sh)."""
+    target, vendor = _vendor_on_the_cpu(EXAMPLES_DIR / name)
+    _, ns = _reference(name)
+    X = ns[target.reference.inputs](np.random.default_rng(1), rows=16, cols=333)["X"]
+    Y = np.full_like(X, np.nan)
+    for _ in range(2):  # the second call reuses the tensors made for these buffers
+        vendor(X=X, Y=Y, rows=16, cols=333)
+    np.testing.assert_allclose(Y, ns[target.reference.function](X, 16, 333),
+                               rtol=target.tolerance.rtol)
+
+
+def test_matmul_vendor_is_fp32_and_matches_the_reference_on_the_cpu():
+    """As above for cuBLAS's stand-in: torch.matmul writing into C, TF32 switched off at load
+    (the flag is torch's, on any build; cuBLAS honours it on the GPU)."""
+    import torch
+
+    target, vendor = _vendor_on_the_cpu(EXAMPLES_DIR / "cuda_matmul")
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    _, ns = _reference("cuda_matmul")
+    rng = np.random.default_rng(2)
+    A, B = (rng.random(s, dtype=np.float32) * 2 - 1 for s in ((37, 29), (29, 45)))
+    C = np.full((37, 45), np.nan, np.float32)
+    vendor(A=A, B=B, C=C, M=37, N=45, K=29)
+    np.testing.assert_allclose(C, ns[target.reference.function](A, B, 37, 45, 29),
+                               rtol=target.tolerance.rtol, atol=1e-6)
+
+
 def _timing_fidelity():
     """bench/timing_fidelity.py (bench/ is no package)."""
     spec = importlib.util.spec_from_file_location(
@@ -232,6 +305,39 @@ def test_cuda_baseline_and_tuned_build_as_the_runner_builds(folder: Path, tmp_pa
             symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)],
                                      capture_output=True, text=True).stdout
             assert re.search(rf"\bT {target.entry.name}$", symbols, re.M), symbols
+
+
+@needs_nvcc
+def test_softmax_row_in_registers_builds_without_spills(tmp_path: Path):
+    """Each ROW_REGS value with the threads per row that hold the workloads' rows (up to 1024
+    columns with 32, 4096 with 128, 32000 with 1024), built as the runner builds for an H100 or
+    H200 (sm_90a): the register array stays in registers, even at 1024 threads a block."""
+    target = load_target(EXAMPLES_DIR / "cuda_softmax")
+    jobs = {}
+    for regs in target.knobs["ROW_REGS"].values[1:]:
+        for threads, block in [(32, 256), (128, 256), (1024, 1024)]:
+            label = f"ROW_REGS={regs} ROW_THREADS={threads}"
+            source = render(target, {"ROW_REGS": regs, "ROW_THREADS": threads, "BLOCK": block,
+                                     "VEC": 4, "ONLINE": 1})
+            src = tmp_path / f"r{regs}_{threads}.cu"
+            src.write_text(source)
+            jobs[label] = ["nvcc", "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared",
+                           "-arch=sm_90a", "-Xptxas=-v", *flags(target, source),
+                           "-o", str(src.with_suffix(".so")), str(src)]
+
+    def spills(item):
+        label, cmd = item
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        kernels = re.findall(r"Compiling entry function '(\w+)'", done.stderr)
+        # A stack frame would be the array in local memory, spilled or not.
+        if done.returncode or len(kernels) != 2 or \
+                done.stderr.count(" 0 bytes stack frame, 0 bytes spill stores") != 2:
+            return f"{label}: {done.stderr[-1500:]}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failed = [f for f in pool.map(spills, jobs.items()) if f]
+    assert not failed, "\n".join(failed)
 
 
 @needs_nvcc
@@ -381,6 +487,7 @@ def test_tuned_candidate_evaluates_ok_through_the_gpu_runner(folder: Path, tmp_p
     data = tomllib.loads((folder / "target.toml").read_text())
     data["workloads"] = SMALL_WORKLOADS[folder.name]
     data["build"] = data.get("build", {}) | {"compiler": str(compiler)}
+    data.pop("vendor")  # torch on a GPU: the fake device has none (test_vendor_* below)
     target = Target.model_validate(data | {"root": folder})
     runner = GpuRunner("cuda", runtime=str(fake_gpu.build_runtime("cuda")))
     quick = EvalConfig(seeds=2, warmup=1, min_repeats=3, max_repeats=3, budget_s=0.05,

@@ -14,6 +14,7 @@ anything about a GPU; the conformance kit `cuda` (real kernels) runs where a GPU
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -139,16 +140,84 @@ def test_evaluate_without_a_device_raises_once_the_candidate_is_built(target):
 # -- build: command line, flags, refusals -------------------------------------------------------
 
 
-def test_compile_commands(target):
+def test_compile_commands(fake_rt, target):
     src = Path("/w/candidate.cu")
-    cuda = target.model_copy(update={"build": Build(compiler="nvcc")})
-    assert GpuRunner("cuda").compile_command(cuda, src, ["-O3"]) == [
-        "nvcc", "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-arch=native", "-O3", "-o",
+    cuda = target.model_copy(update={"build": Build(compiler="nvcc", arch="sm_90a")})
+    assert GpuRunner("cuda", runtime=fake_rt).compile_command(cuda, src, ["-O3"]) == [
+        "nvcc", "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-arch=sm_90a", "-O3", "-o",
         "/w/candidate.so", "/w/candidate.cu"]
     rocm = target.model_copy(update={"build": Build(arch="gfx942")})
     assert GpuRunner("rocm").compile_command(rocm, src.with_suffix(".hip"), []) == [
         "hipcc", "-shared", "-fPIC", "--offload-arch=gfx942", "-o", "/w/candidate.so",
         "/w/candidate.hip"]
+
+
+# -- the arch: the device's (from the probe), unless the target names one ------------------------
+
+
+def test_probe_reports_what_the_arch_comes_from(fake_rt):
+    assert Runtime("cuda", fake_rt).compute_capability() == (9, 0)
+    assert describe("cuda", fake_rt)["compute_capability"] == [9, 0]
+    hip = str(fake_gpu.build_runtime("hip"))
+    assert Runtime("rocm", hip).gcn_arch() == "gfx942:sramecc+:xnack-"
+    assert describe("rocm", hip)["gcn_arch"] == "gfx942:sramecc+:xnack-"
+
+
+NVCC13 = [75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121]  # its --list-gpu-arch
+
+
+@pytest.mark.parametrize("cc, accepted, known, arch", [
+    ((9, 0), {"sm_90a", "sm_90"}, NVCC13, "sm_90a"),    # H100, H200: wgmma and TMA
+    ((10, 0), {"sm_100a", "sm_100"}, NVCC13, "sm_100a"),  # B200
+    ((9, 0), {"sm_90"}, NVCC13, "sm_90"),               # an nvcc without arch-specific targets
+    ((8, 6), {"sm_86", "sm_86a"}, NVCC13, "sm_86"),     # no `a` before 9.0
+    ((13, 0), set(), NVCC13, "compute_121"),            # newer than nvcc: PTX, JIT at load
+    ((7, 0), set(), NVCC13, "sm_70"),                   # older than nvcc: nvcc says so
+    ((9, 0), set(), [], "sm_90"),                       # a compiler that cannot tell
+])
+def test_cuda_arch_from_the_compute_capability(cc, accepted, known, arch):
+    assert gpu.cuda_arch(*cc, accepts=accepted.__contains__, known=lambda: known) == arch
+
+
+def test_arch_is_the_devices_unless_the_target_names_one(fake_rt, target):
+    runner = GpuRunner("cuda", runtime=fake_rt)
+    assert runner.arch(target) == "sm_90a"  # fake-gpucc takes every arch, as it ignores them
+    assert "-arch=sm_90a" in runner.compile_command(target, Path("/w/c.cu"), [])
+    named = target.model_copy(update={"build": target.build.model_copy(update={"arch": "sm_80"})})
+    assert runner.arch(named) == "sm_80"
+    assert "-arch=sm_80" in runner.compile_command(named, Path("/w/c.cu"), [])
+    hip = GpuRunner("rocm", runtime=str(fake_gpu.build_runtime("hip")))
+    assert hip.arch(target) == "gfx942"  # without feature flags: code for either xnack mode
+    assert "--offload-arch=gfx942" in hip.compile_command(target, Path("/w/c.hip"), [])
+
+
+def test_without_a_device_the_build_asks_for_native(target):
+    no_device = GpuRunner("cuda", runtime=str(fake_gpu.build_runtime("no_device")))
+    assert no_device.arch(target) is None
+    assert "-arch=native" in no_device.compile_command(target, Path("/w/c.cu"), [])
+
+
+def test_the_arch_is_in_the_evaluation(runner, target):
+    """Even a candidate that does not compile says what it was built for; the target's arch
+    wins over the device's."""
+    ev = runner.evaluate(target, _kit("syntax_error"), config=QUICK)
+    assert ev.status == "compile_error" and ev.arch == "sm_90a"
+    named = target.model_copy(update={"build": target.build.model_copy(update={"arch": "sm_80"})})
+    ev = runner.evaluate(named, _kit("syntax_error"), config=QUICK)
+    assert json.loads(ev.model_dump_json())["arch"] == "sm_80"
+
+
+@needs_nvcc
+def test_real_nvcc_knows_the_arch_specific_targets(fake_rt, target):
+    """nvcc 12+ builds for sm_90a; nobody builds for sm_91a; the runner asks, once per arch."""
+    assert gpu.nvcc_accepts("nvcc", "sm_90a") and gpu.nvcc_accepts("nvcc", "sm_90")
+    assert not gpu.nvcc_accepts("nvcc", "sm_91a")
+    assert 90 in gpu.nvcc_virtual_archs("nvcc")
+    nvcc = target.model_copy(update={"build": target.build.model_copy(update={"compiler": "nvcc"})})
+    assert GpuRunner("cuda", runtime=fake_rt).arch(nvcc) == "sm_90a"
+    hits = gpu.nvcc_accepts.cache_info().hits
+    GpuRunner("cuda", runtime=fake_rt).arch(nvcc)
+    assert gpu.nvcc_accepts.cache_info().hits == hits + 1
 
 
 @pytest.mark.parametrize("name, flags, refused", [
@@ -236,6 +305,7 @@ def test_baseline_is_verified_and_timed_on_the_fake(runner, target):
     ev = runner.evaluate(target, _kit("baseline"), config=QUICK)
     assert ev.status == "ok", ev.message
     assert ev.device == "cuda:0 eat fake GPU (host memory)" and ev.runner == "cuda"
+    assert ev.arch == "sm_90a"
     assert len(ev.workloads) == 3 and all(w.gflops > 0 for w in ev.workloads)
     assert 0.5 < ev.speedup < 2.0
 
@@ -297,6 +367,7 @@ def test_rocm_runner_on_the_fake_hip_runtime(tmp_path):
     ev = runner.evaluate(target, target.baseline_source(), config=QUICK)
     assert ev.status == "ok", ev.message
     assert ev.device == "rocm:0 eat fake GPU (HIP names, host memory)" and ev.speedup > 0
+    assert ev.arch == "gfx942"
 
 
 # -- the CLI ------------------------------------------------------------------------------------

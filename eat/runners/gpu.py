@@ -13,6 +13,13 @@ target's flags, from an allow-list (-O0..3, -use_fast_math, -D/-U, -lineinfo, -m
 -Xptxas=-v, -std=c++17, -ftz=, -prec-div= ...; options with a value are written with `=`).
 The architecture is the target's ([build] arch, else the GPU's own), not the candidate's.
 
+The GPU's own arch comes from the probe, not from `-arch=native` (the contained build sees no
+GPU): for CUDA `sm_XY` from the compute capability, `sm_XYa` from 9.0 on (the arch-specific
+features a tuned Hopper or Blackwell kernel uses: wgmma, TMA, tcgen05) where the nvcc found
+knows it; for a GPU newer than nvcc, PTX of the newest virtual arch nvcc knows (`compute_XY`,
+compiled by the driver at load); for HIP the device's gfx name (gcnArchName, without its
+feature flags). Evaluation.arch says which.
+
 build: `nvcc -shared -Xcompiler -fPIC -cudart shared -arch=ARCH` (hipcc: `-shared -fPIC
 --offload-arch=ARCH`),
 contained -> verify and time: `python -m eat.runners.gpu_harness` (device buffers, poison by
@@ -27,8 +34,10 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -104,8 +113,23 @@ class GpuRunner(NativeRunner):
             return candidate_cflags(source, default, _NVCC_OK, None)
         return candidate_cflags(source, default, _HIPCC_OK, CC_FLAG_DENY)
 
+    def arch(self, target: Target) -> str | None:
+        """The target's [build] arch, else this GPU's (device_arch)."""
+        return target.build.arch or self.device_arch(target.build.compiler_for(self.name))
+
+    def device_arch(self, compiler: str | None = None) -> str | None:
+        """This GPU's arch as `compiler` (nvcc, hipcc by default) names it (see the module's
+        docstring); None where the probe cannot tell (the build then asks for `native`)."""
+        info = self._info()
+        if self.name == "cuda":
+            cc, compiler = info.get("compute_capability"), compiler or "nvcc"
+            return cc and cuda_arch(*cc, accepts=lambda arch: nvcc_accepts(compiler, arch),
+                                    known=lambda: nvcc_virtual_archs(compiler))
+        gcn = info.get("gcn_arch")
+        return gcn and gcn.split(":")[0]  # feature flags left out: code for either xnack mode
+
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
-        cc, arch = target.build.compiler_for(self.name), target.build.arch or "native"
+        cc, arch = target.build.compiler_for(self.name), self.arch(target) or "native"
         out = str(src.with_suffix(".so"))
         if self.name == "cuda":
             # -cudart shared: the candidate uses the runtime the harness loaded, not a static
@@ -129,6 +153,44 @@ class GpuRunner(NativeRunner):
             raise RunnerUnavailable(f"the {self.name} runner cannot run here: {info['reason']}")
         return {"kind": self.name, "runtime": info["library"],
                 "flush_bytes": 2 * (info["l2_bytes"] or 64 << 20)}
+
+
+def cuda_arch(major: int, minor: int, accepts: Callable[[str], bool],
+              known: Callable[[], list[int]]) -> str:
+    """nvcc's -arch for a device of compute capability major.minor: `sm_XYa` from 9.0 on where
+    `accepts` it, else `sm_XY`; for a device newer than the compiler, `compute_N` of the newest
+    virtual arch it knows (`known()`: the N of its compute_N) at or below the device's; else
+    `sm_XY`, and nvcc says what is wrong."""
+    sm = f"sm_{major}{minor}"
+    for arch in ([f"{sm}a"] if major >= 9 else []) + [sm]:
+        if accepts(arch):
+            return arch
+    older = [n for n in known() if n <= major * 10 + minor]
+    return f"compute_{max(older)}" if older else sm
+
+
+@lru_cache(maxsize=64)
+def nvcc_accepts(compiler: str, arch: str) -> bool:
+    """Whether this nvcc builds for `arch` (a dry run: it checks the arch, compiles nothing)."""
+    with tempfile.TemporaryDirectory(prefix="eat-arch-") as tmp:
+        try:
+            done = subprocess.run([compiler, "--dryrun", f"-arch={arch}", "-c", "probe.cu",
+                                   "-o", "probe.o"], cwd=tmp, capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return done.returncode == 0
+
+
+@lru_cache(maxsize=8)
+def nvcc_virtual_archs(compiler: str) -> list[int]:
+    """The N of every compute_N `nvcc --list-gpu-arch` names (none if it cannot say)."""
+    try:
+        done = subprocess.run([compiler, "--list-gpu-arch"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(n) for n in re.findall(r"\bcompute_(\d+)\b", done.stdout)] \
+        if done.returncode == 0 else []
 
 
 @lru_cache(maxsize=16)

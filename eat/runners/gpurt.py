@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import sys
 
 ENV = "EAT_GPU_RUNTIME"
@@ -28,8 +29,12 @@ LIBRARIES = {
 }
 # cudaDevAttrL2CacheSize and hipDeviceAttributeL2CacheSize: the one attribute whose number differs.
 _L2_ATTRIBUTE = {"cuda": 89, "rocm": 19}
-# The properties struct grew over releases; only its first field (char name[256]) is read.
+# cudaDevAttrComputeCapabilityMajor and Minor (CUDA's numbering; HIP names AMD GPUs by gfx name).
+_CC_ATTRIBUTES = (75, 76)
+# The properties struct grew over releases: only its first field (char name[256]) is read at a
+# fixed place; HIP's gcnArchName ("gfx942:sramecc+:xnack-") is found by its form.
 _PROPERTIES = ("GetDeviceProperties_v2", "GetDevicePropertiesR0600", "GetDeviceProperties")
+_GCN_ARCH = re.compile(rb"(?<![!-~])(gfx[0-9a-f]{3,4})((?::[A-Za-z0-9+-]+)*)\0")
 _H2D, _D2H = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost (hip's are the same)
 PROBE_TAG = "EAT-GPU-PROBE "
 
@@ -103,7 +108,8 @@ class Runtime:
     def l2_bytes(self, device: int = 0) -> int:
         return self.attribute(_L2_ATTRIBUTE[self.kind], device)
 
-    def name(self, device: int = 0) -> str:
+    def _properties(self, device: int) -> bytes | None:
+        """The device's properties struct as raw bytes (None: the runtime has no such call)."""
         props = ctypes.create_string_buffer(16 << 10)  # larger than any release's struct
         for variant in _PROPERTIES:
             fn = getattr(self.lib, self.prefix + variant, None)
@@ -113,8 +119,22 @@ class Runtime:
                 if code:
                     raise GpuError(f"{self.prefix}{variant} failed: {self.error_string(code)}",
                                    code)
-                return props.value.decode(errors="replace").strip()
-        return "unknown"
+                return props.raw
+        return None
+
+    def name(self, device: int = 0) -> str:
+        raw = self._properties(device)
+        return raw.split(b"\0", 1)[0].decode(errors="replace").strip() if raw else "unknown"
+
+    def compute_capability(self, device: int = 0) -> tuple[int, int]:
+        """(major, minor) of a CUDA device, e.g. (9, 0) for an H100 or H200."""
+        return tuple(self.attribute(a, device) for a in _CC_ATTRIBUTES)
+
+    def gcn_arch(self, device: int = 0) -> str | None:
+        """A HIP device's gfx name with its target features, e.g. 'gfx942:sramecc+:xnack-'."""
+        raw = self._properties(device)
+        found = _GCN_ARCH.search(raw) if raw else None
+        return found and (found[1] + (found[2] or b"")).decode()
 
     def versions(self) -> tuple[int, int]:
         """(driver, runtime) versions, e.g. 13000 for CUDA 13.0."""
@@ -221,10 +241,19 @@ def describe(kind: str, library: str | None = None) -> dict:
             return {"reason": f"no {rt.api} device: {rt.prefix}GetDeviceCount found none"}
         rt.set_device(0)
         driver, runtime = rt.versions()
-        return {"library": rt.path, "devices": count, "name": rt.name(0),
+        info = {"library": rt.path, "devices": count, "name": rt.name(0),
                 "l2_bytes": rt.l2_bytes(0), "driver": driver, "runtime": runtime}
     except GpuError as e:
         return {"reason": f"no {rt.api} device: {e}"}
+    # What the GPU runner builds for; a runtime that cannot say leaves the compiler's default.
+    try:
+        if kind == "cuda":
+            info["compute_capability"] = list(rt.compute_capability(0))
+        elif gcn := rt.gcn_arch(0):
+            info["gcn_arch"] = gcn
+    except GpuError as e:
+        info["arch_note"] = str(e)
+    return info
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
  * `softmax` runs on the host and receives device pointers; it launches one kernel and returns
  * without waiting for it (the harness synchronizes the device).
  *
- * Knobs (declared in target.toml): ROW_THREADS, BLOCK, VEC, ONLINE, and the nvcc flags, given as
- * a line `// eat:cflags ...`. Their defaults below make the plain kernel: one thread per row,
- * three passes over it (max, exp and sum, scale). Every combination is correct for any shape.
+ * Knobs (declared in target.toml): ROW_THREADS, BLOCK, VEC, ONLINE, ROW_REGS, and the nvcc flags,
+ * given as a line `// eat:cflags ...`. Their defaults below make the plain kernel: one thread
+ * per row, three passes over it (max, exp and sum, scale). Every combination is correct for any
+ * shape.
  */
 #include <math.h>
 #include <stdint.h>
@@ -24,6 +25,11 @@
 #ifndef ONLINE
 #define ONLINE 0 /* 0: max pass, sum pass, write pass; 1: one pass keeping a running max and a
                     sum rescaled when the max grows, then the write pass */
+#endif
+#ifndef ROW_REGS
+#define ROW_REGS 0 /* floats of its row each thread keeps in registers (a multiple of VEC): rows
+                      of up to ROW_REGS * ROW_THREADS floats are read once and written once;
+                      longer rows, and 0, take the passes above */
 #endif
 
 #define THREADS (BLOCK > ROW_THREADS ? BLOCK : ROW_THREADS)
@@ -77,6 +83,75 @@ __device__ void for_each(const float *x, int n, int lane, bool vec, F f)
     }
 }
 
+#if ROW_REGS > 0
+static_assert(ROW_REGS % VEC == 0, "ROW_REGS is a whole number of vectors");
+
+/* The row in registers: this thread's ROW_REGS floats of it (ROW_REGS / VEC vectors, or single
+ * floats), read once, turned into exponentials in place, scaled and written once. Every loop is
+ * unrolled, so the array's indices are constants and it stays in registers. Entries past the
+ * row's end hold -inf: they add nothing to the max, and exp(-inf) = 0 to the sum. */
+__device__ void softmax_in_registers(const float *x, float *y, int n, int lane, bool vec)
+{
+    float v[ROW_REGS];
+    if (vec) {
+#pragma unroll
+        for (int i = 0; i < ROW_REGS / VEC; i++) {
+            const int c = lane + i * ROW_THREADS;
+            Vec t;
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                t.v[k] = -INFINITY;
+            if (c < n / VEC)
+                t = reinterpret_cast<const Vec *>(x)[c];
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                v[i * VEC + k] = t.v[k];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROW_REGS; i++) {
+            const int c = lane + i * ROW_THREADS;
+            v[i] = c < n ? x[c] : -INFINITY;
+        }
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ROW_REGS; i++)
+        m = fmaxf(m, v[i]);
+    const float mx = row_reduce(m, true);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ROW_REGS; i++) {
+        v[i] = expf(v[i] - mx);
+        s += v[i];
+    }
+    const float inv = 1.0f / row_reduce(s, false);
+    if (vec) {
+#pragma unroll
+        for (int i = 0; i < ROW_REGS / VEC; i++) {
+            const int c = lane + i * ROW_THREADS;
+            if (c < n / VEC) {
+                Vec t;
+#pragma unroll
+                for (int k = 0; k < VEC; k++)
+                    t.v[k] = v[i * VEC + k] * inv;
+                reinterpret_cast<Vec *>(y)[c] = t;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROW_REGS; i++) {
+            const int c = lane + i * ROW_THREADS;
+            if (c < n)
+                y[c] = v[i] * inv;
+        }
+    }
+}
+#endif
+
+/* IN_REGISTERS: the row fits in the threads' registers (ROW_REGS); a kernel of its own, so the
+ * passes over longer rows are not held to the registers that one needs. */
+template <bool IN_REGISTERS>
 __global__ void __launch_bounds__(THREADS)
 softmax_kernel(const float *__restrict__ X, float *__restrict__ Y, int rows, int cols)
 {
@@ -90,6 +165,12 @@ softmax_kernel(const float *__restrict__ X, float *__restrict__ Y, int rows, int
     const bool vec = VEC > 1 && cols % VEC == 0 && (uintptr_t)x % (4 * VEC) == 0 &&
                      (uintptr_t)y % (4 * VEC) == 0;
 
+#if ROW_REGS > 0
+    if (IN_REGISTERS) {
+        softmax_in_registers(x, y, n, lane, vec);
+        return;
+    }
+#endif
     float m = -INFINITY, s = 0.0f;
 #if ONLINE
     for_each(x, n, lane, vec, [&](float v) {
@@ -127,5 +208,10 @@ softmax_kernel(const float *__restrict__ X, float *__restrict__ Y, int rows, int
 extern "C" void softmax(const float *X, float *Y, int rows, int cols)
 {
     const int blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-    softmax_kernel<<<blocks, THREADS>>>(X, Y, rows, cols);
+    void (*kernel)(const float *, float *, int, int) = softmax_kernel<false>;
+#if ROW_REGS > 0
+    if (cols <= ROW_REGS * ROW_THREADS)
+        kernel = softmax_kernel<true>;
+#endif
+    kernel<<<blocks, THREADS>>>(X, Y, rows, cols);
 }

@@ -22,6 +22,12 @@
 #define API(name) cuda##name
 #define NAME "eat fake GPU (host memory)"
 #endif
+/* What it claims to be, so the runner picks an arch as it would for a real GPU: compute
+ * capability 9.0 (an H100 or H200) under CUDA names, an MI300X's gfx name under HIP names. */
+#define CC_MAJOR 9
+#define CC_MINOR 0
+#define GCN_ARCH "gfx942:sramecc+:xnack-"
+#define GCN_ARCH_OFFSET 1160 /* somewhere past name[256], as in the real struct */
 
 enum { OK = 0, INVALID_VALUE = 1, NO_MEMORY = 2, NO_DEVICE = 100, INVALID_DEVICE = 101 };
 
@@ -55,6 +61,9 @@ int API(GetDeviceProperties)(char *props, int device)
     if (device != 0)
         return INVALID_DEVICE;
     strcpy(props, NAME); /* name[256] is the first field of the real struct */
+#ifdef FAKE_HIP
+    strcpy(props + GCN_ARCH_OFFSET, GCN_ARCH);
+#endif
     return OK;
 }
 
@@ -62,7 +71,16 @@ int API(DeviceGetAttribute)(int *value, int attribute, int device)
 {
     if (device != 0)
         return INVALID_DEVICE;
-    *value = (attribute == 89 || attribute == 19) ? 1 << 20 : 0; /* L2: 1 MiB */
+    switch (attribute) {
+#ifdef FAKE_HIP
+    case 19: *value = 1 << 20; break; /* hipDeviceAttributeL2CacheSize: 1 MiB */
+#else
+    case 89: *value = 1 << 20; break; /* cudaDevAttrL2CacheSize: 1 MiB */
+    case 75: *value = CC_MAJOR; break; /* cudaDevAttrComputeCapabilityMajor */
+    case 76: *value = CC_MINOR; break; /* cudaDevAttrComputeCapabilityMinor */
+#endif
+    default: *value = 0;
+    }
     return OK;
 }
 
