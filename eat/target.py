@@ -131,8 +131,9 @@ class EvalConfig(_Strict):
     target_rse: float = Field(0.01, gt=0, description="Stop timing a workload once the relative "
                               "standard error of every implementation's median is below this "
                               "(and min_repeats are in).")
-    budget_s: float = Field(1.0, gt=0, description="Stop timing a workload after this much "
-                            "time once min_repeats are in.")
+    budget_s: float = Field(0.5, gt=0, description="Stop timing a workload after this much "
+                            "time once min_repeats are in (a noisy machine never reaches "
+                            "target_rse).")
     pool_mb: int = Field(512, ge=1, description="Disk and memory for one workload's timed input "
                          "sets: every timed call gets inputs the candidate has not seen, up to "
                          "as many sets as fit here; beyond, calls cycle through them.")

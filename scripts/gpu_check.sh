@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Checks eat on a machine with an NVIDIA GPU, in under 8 minutes: nvidia-smi, `eat doctor` (GPU
 # peaks), the CUDA runner conformance suite, `eat eval` of each CUDA example's baseline and
-# shipped tuned candidate, and the timing fidelity of the CUDA runner; then a summary table.
+# shipped tuned candidate, the timing fidelity of the CUDA runner and a short `eat start` on
+# cuda_softmax (evaluations per minute); then a summary table.
 #
 # Usage, from the repository root after `pip install -e '.[test]'`:  scripts/gpu_check.sh
 # Exit status: 0 every step passed, 1 a step failed (or ran out of time), 2 no NVIDIA GPU here.
-# GPU_CHECK_BUDGET_S (default 450) caps the whole run; each step also has its own cap.
+# GPU_CHECK_BUDGET_S (default 470) caps the whole run; each step also has its own cap.
 set -euo pipefail
 
 gpus=$(timeout 30 nvidia-smi -L 2>/dev/null || true)
@@ -14,7 +15,7 @@ if [[ $gpus != *"GPU "* ]]; then
     exit 2
 fi
 
-BUDGET=${GPU_CHECK_BUDGET_S:-450}
+BUDGET=${GPU_CHECK_BUDGET_S:-470}
 RESERVE=15 # seconds kept back per step: `timeout` may take 10 more to kill, then the summary
 PY=${PYTHON:-$(command -v python || command -v python3)}
 if command -v eat >/dev/null 2>&1; then EAT=(eat); else EAT=("$PY" -m eat); fi
@@ -115,7 +116,7 @@ if step "eat doctor" 180 "${EAT[@]}" doctor; then
 fi
 
 # The real-GPU kits (CUDA C++, and PyTorch on the GPU); the fake-runtime kit runs in CI anyway.
-step "conformance (cuda)" 240 "$PY" -m pytest tests/conformance -k "cuda and not cuda_fake" \
+step "conformance (cuda)" 150 "$PY" -m pytest tests/conformance -k "cuda and not cuda_fake" \
     -v -p no:cacheprovider || true
 FIGURES[-1]=$(grep -E '^=+ .*(passed|failed|error|skipped).* =+$' "$STEP_LOG" | tail -1 |
     tr -d '=' | xargs || true)
@@ -142,10 +143,16 @@ for example in examples/cuda_*/; do
     done
 done
 
-step "timing fidelity (cuda_matmul)" 240 "$PY" bench/timing_fidelity.py \
+step "timing fidelity (cuda_matmul)" 120 "$PY" bench/timing_fidelity.py \
     --target examples/cuda_matmul --runs 5 || true
 FIGURES[-1]=$(grep -E 'CV of median latency|2x work ratio' "$STEP_LOG" |
     sed 's/^ *//; s/ (target[^)]*)//' | paste -sd ';' - || true)
+
+# A short search, offline agents: what a user's first `eat start` does, and how fast.
+step "eat start cuda_softmax" 90 --quiet "${EAT[@]}" start examples/cuda_softmax \
+    --max-evals 12 -w "$LOGS/start" || true
+FIGURES[-1]=$(grep -E '^(stopped|best)' "$STEP_LOG" | paste -sd ';' - | cut -c1-110 || true)
+[[ ${RESULTS[-1]} != PASS ]] || grep -q 'max_evals' "$STEP_LOG" || fail "did not finish its 12"
 
 echo
 echo "=== summary: ${SECONDS}s in all; logs in $LOGS"

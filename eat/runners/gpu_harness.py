@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from eat.runners.gpurt import GpuError, Runtime
-from eat.runners.harness import (Outcome, Workload, _bind, _load_py, call_args, implementations,
-                                 serve, time_all, verify)
+from eat.runners.harness import (Outcome, Workload, _bind, call_args, implementations,
+                                 load_vendor, serve, time_all, verify)
 from eat.runners.verify import poison_byte
 
 
@@ -123,8 +123,7 @@ def _setup(job: dict) -> tuple:
         if job.get("baseline_lib"):
             base_fn = _bind(job["baseline_lib"], job)
         if job.get("vendor"):
-            vendor_fn = getattr(_load_py(job["vendor"]["file"], "vendor"),
-                                job["vendor"]["function"])
+            vendor_fn = load_vendor(job)
     rt.synchronize()
     return rt, workloads, base_fn, vendor_fn, timer
 
@@ -136,7 +135,8 @@ def _check(job: dict, state: tuple) -> dict:
     try:
         if job["mode"] == "verify":
             return verify(job, workloads, fn)
-        return time_all(job, workloads, implementations(fn, base_fn, vendor_fn), timer)
+        res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), timer)
+        return res | ({"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
     except GpuError as e:
         # Raised after candidate code ran (a fault is sticky: every later call reports it).
         raise Outcome("crash", f"{rt.api} error after the candidate's call: {e}") from None

@@ -208,12 +208,21 @@ class HostTimer:
         return (time.perf_counter_ns() - t0) / 1e9
 
 
+def load_vendor(job: dict):
+    """The vendor function, or a string saying why it cannot be had here (torch missing, say):
+    the vendor is then not timed, and the candidate is judged without it."""
+    try:
+        return getattr(_load_py(job["vendor"]["file"], "vendor"), job["vendor"]["function"])
+    except Exception as e:
+        return f"the vendor could not be loaded: {type(e).__name__}: {e}"[:300]
+
+
 def implementations(fn, base_fn, vendor_fn) -> dict:
     """What time_all times: impl(workload) -> a call with no arguments, the candidate first."""
     impls = {"candidate": lambda w: partial(fn, *w.c_args)}
     if base_fn:
         impls["baseline"] = lambda w: partial(base_fn, *w.c_args)
-    if vendor_fn:
+    if callable(vendor_fn):
         impls["vendor"] = lambda w: partial(vendor_fn, **w.vendor_args)
     return impls
 
@@ -319,8 +328,7 @@ def _setup(job: dict) -> tuple:
         if job.get("baseline_lib"):
             base_fn = _bind(job["baseline_lib"], job)
         if job.get("vendor"):
-            vendor_fn = getattr(_load_py(job["vendor"]["file"], "vendor"),
-                                job["vendor"]["function"])
+            vendor_fn = load_vendor(job)
     return workloads, base_fn, vendor_fn
 
 
@@ -331,7 +339,8 @@ def _check(job: dict, state: tuple) -> dict:
     if job["mode"] == "verify":
         return verify(job, workloads, fn)
     flush = job.get("flush_bytes", 64 << 20) if job["config"]["flush_cache"] else None
-    return time_all(job, workloads, implementations(fn, base_fn, vendor_fn), HostTimer(flush))
+    res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), HostTimer(flush))
+    return res | ({"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ gains nothing. The pool holds warmup + max_repeats sets where they fit in `pool_
 do not (large GPU workloads), rounds cycle through fewer sets.
 
 Sets are made by `python -m eat.runners.inputs`, a child with no candidate code in it, and kept
-as .npz files under cache_dir()/inputs/<target>-<key>/, the key hashing everything that decides
+as files under cache_dir()/inputs/<target>-<key>/, the key hashing everything that decides
 them (the reference's source, the arguments, shapes and workloads, numpy's version), so a
 changed target gets new sets. The child reports each file's hash; harnesses refuse a file that
 no longer matches it, so a set changed on disk after it was made is not trusted.
@@ -30,7 +30,7 @@ from eat.runners.cabi import C_TYPES
 
 PROBE_TAG = "EAT-INPUTS "
 TIMED_SEED0 = 1_000_000  # timed seeds start here: none is a verification seed
-VERSION = "1"  # bump when make_set changes what it makes
+VERSION = "2"  # bump when make_set changes what it makes
 
 
 def pool_size(set_bytes: int, warmup: int, rounds: int, pool_mb: int) -> int:
@@ -99,9 +99,12 @@ def _hash(data: bytes) -> str:
 
 
 def _write_set(path: Path, s: dict) -> None:
+    """One file: a JSON line naming the arrays, then each as .npy (quicker to read than .npz)."""
+    names = [f"in.{k}" for k in s["inputs"]] + [f"out.{k}" for k in s["expected"]]
     buf = io.BytesIO()
-    np.savez(buf, **{f"in.{k}": v for k, v in s["inputs"].items()},
-             **{f"out.{k}": v for k, v in s["expected"].items()})
+    buf.write(json.dumps(names).encode() + b"\n")
+    for arr in [*s["inputs"].values(), *s["expected"].values()]:
+        np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_bytes(buf.getvalue())
     os.replace(tmp, path)  # atomic: racing makers agree
@@ -122,7 +125,7 @@ def prepare_job(job: dict) -> dict:
         for kind, kind_seeds in seeds.items():
             lists[kind] = []
             for seed in kind_seeds:
-                path = folder / f"w{wi}-s{seed}.npz"
+                path = folder / f"w{wi}-s{seed}.set"
                 if not path.exists():
                     _write_set(path, make_set(job, w, ref_mod, seed))
                 lists[kind].append([path.name, _hash(path.read_bytes())])
@@ -157,11 +160,12 @@ class SetFiles:
             if _hash(data) != want:
                 raise SetChanged(f"input set {self.folder / name} changed on disk after it "
                                  f"was made; delete {self.folder} to make the sets again")
-            with np.load(io.BytesIO(data)) as z:
-                s = {"inputs": {}, "expected": {}}
-                for key in z.files:
-                    kind, name_ = key.split(".", 1)
-                    s["inputs" if kind == "in" else "expected"][name_] = z[key]
+            f = io.BytesIO(data)
+            s = {"inputs": {}, "expected": {}}
+            for key in json.loads(f.readline()):
+                kind, name_ = key.split(".", 1)
+                s["inputs" if kind == "in" else "expected"][name_] = \
+                    np.lib.format.read_array(f, allow_pickle=False)
             while len(self._loaded) >= self.keep:
                 self._loaded.pop(next(iter(self._loaded)))
             self._loaded[i] = s

@@ -145,8 +145,9 @@ class NativeRunner(ABC):
                                           "compile_s": time.monotonic() - t0}, **ev)
                 compile_log = built.stderr
                 cached.with_suffix(".log").write_text(compile_log)
-                shutil.copyfile(src.with_suffix(".so"), tmp / "build.tmp")
-                os.replace(tmp / "build.tmp", cached.with_suffix(".so"))
+                part = cached.with_suffix(f".{os.getpid()}.part")  # same folder: replace is atomic
+                shutil.copyfile(src.with_suffix(".so"), part)
+                os.replace(part, cached.with_suffix(".so"))
             durations["compile_s"] = time.monotonic() - t0
             baseline_lib = self._baseline_lib(target, cfg)
             job = self._job(target, cfg, tmp / "candidate.so")
@@ -159,11 +160,13 @@ class NativeRunner(ABC):
                                   stderr=run.stderr, durations=durations, **ev)
             anchor_key = f"{baseline_lib}\0{cfg.model_dump_json()}"
             anchor = self._anchors.get(anchor_key) if target.vendor else None
+            timed = {anchor.kind} if anchor else {"baseline", "vendor"}
             with device_lock(self.lock_name):
                 t0 = time.monotonic()
                 res, run = self._harness(job | self.job_extra("time") | {
-                    "mode": "time", "baseline_lib": None if anchor else str(baseline_lib),
-                    "vendor": target.vendor and {
+                    "mode": "time",
+                    "baseline_lib": str(baseline_lib) if "baseline" in timed else None,
+                    "vendor": target.vendor and "vendor" in timed and {
                         "file": str(target.path(target.vendor.file).resolve()),
                         "function": target.vendor.function}}, tmp, cfg)
                 durations["time_s"] = time.monotonic() - t0
@@ -172,11 +175,13 @@ class NativeRunner(ABC):
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
             detail = {"extra_cpu_s": res.get("extra_cpu_s", 0.0)}
-            if anchor:
-                detail["baseline"] = anchor.apply(res["workloads"])
+            if res.get("vendor_error"):
+                detail["vendor_error"] = res["vendor_error"]
+            if anchor and all(anchor.kind in t for t in res["workloads"]):
+                detail["scaled"] = anchor.apply(res["workloads"])
                 if anchor.stale:
                     del self._anchors[anchor_key]
-            elif target.vendor:
+            elif all("baseline" in t and "vendor" in t for t in res["workloads"]):
                 self._anchors[anchor_key] = Anchor.measure(res["workloads"])
             summary = summarize(target, res["workloads"], self.peaks)
             return Evaluation(status="ok", message="verified and timed", compile_log=compile_log,
@@ -275,33 +280,42 @@ _SETS: dict[tuple[Path, tuple], dict] = {}
 
 @dataclass
 class Anchor:
-    """The baseline's latency as a multiple of the vendor's, per workload, from one timing run
-    in which both were timed. The evaluations after it time the candidate and the vendor only
-    and scale the vendor's time by the ratio: a slow baseline is timed once per RECHECK
-    evaluations instead of every time, and the vendor, timed beside every candidate, carries
-    what the machine's state does to both. It is measured again after RECHECK uses, or as soon
-    as the vendor's time moves by more than DRIFT from when it was measured."""
+    """Baseline and vendor latencies per workload, from one timing run that timed both.
+
+    Until it is measured again, evaluations time the candidate beside the cheaper of the two
+    only (`kind`, the anchor) and scale the other's time by the ratio measured: a slow naive
+    baseline, or a vendor that needs torch imported, is timed once per RECHECK evaluations
+    instead of every time, and the anchor, timed beside every candidate, carries what the
+    machine's state does to both. Measured again after RECHECK uses, or as soon as the anchor's
+    time moves by more than DRIFT from when it was measured.
+    """
 
     RECHECK = 10
-    DRIFT = 0.15
-    baseline: list[dict]
-    vendor_s: list[float]
+    DRIFT = 0.3
+    kind: str  # "baseline" or "vendor": the one still timed
+    then: list[dict]  # per workload, both Stat dicts as measured
     uses: int = 0
     stale: bool = False
 
     @classmethod
     def measure(cls, timed: list[dict]) -> Anchor:
-        return cls(baseline=[t["baseline"] for t in timed],
-                   vendor_s=[t["vendor"]["median_s"] for t in timed])
+        cost = {k: sum(t[k]["median_s"] for t in timed) for k in ("baseline", "vendor")}
+        return cls(kind=min(cost, key=cost.get),
+                   then=[{k: t[k] for k in ("baseline", "vendor")} for t in timed])
+
+    @property
+    def other(self) -> str:
+        return "vendor" if self.kind == "baseline" else "baseline"
 
     def apply(self, timed: list[dict]) -> str:
-        """Fill in each workload's baseline from its vendor time; says how, for the record."""
+        """Fill in each workload's untimed side from its anchor; says how, for the record."""
         self.uses += 1
-        for t, base, v0 in zip(timed, self.baseline, self.vendor_s):
-            scale = t["vendor"]["median_s"] / v0
+        for t, then in zip(timed, self.then):
+            scale = t[self.kind]["median_s"] / then[self.kind]["median_s"]
             self.stale |= abs(scale - 1) > self.DRIFT
-            t["baseline"] = base | {"median_s": base["median_s"] * scale,
-                                    "iqr_s": base["iqr_s"] * scale}
+            was = then[self.other]
+            t[self.other] = was | {"median_s": was["median_s"] * scale,
+                                   "iqr_s": was["iqr_s"] * scale}
         self.stale |= self.uses >= self.RECHECK
-        return (f"scaled from the vendor's time by the baseline/vendor ratio measured "
+        return (f"the {self.other}'s time is the {self.kind}'s scaled by their ratio, measured "
                 f"{self.uses} evaluation(s) earlier")
