@@ -131,7 +131,7 @@ class EvalConfig(_Strict):
     target_rse: float = Field(0.01, gt=0, description="Stop timing a workload once the relative "
                               "standard error of every implementation's median is below this "
                               "(and min_repeats are in).")
-    budget_s: float = Field(0.5, gt=0, description="Stop timing a workload after this much "
+    budget_s: float = Field(0.25, gt=0, description="Stop timing a workload after this much "
                             "time once min_repeats are in (a noisy machine never reaches "
                             "target_rse).")
     pool_mb: int = Field(512, ge=1, description="Disk and memory for one workload's timed input "

@@ -9,14 +9,14 @@ do not (large GPU workloads), rounds cycle through fewer sets.
 Sets are made by `python -m eat.runners.inputs`, a child with no candidate code in it, and kept
 as files under cache_dir()/inputs/<target>-<key>/, the key hashing everything that decides
 them (the reference's source, the arguments, shapes and workloads, numpy's version), so a
-changed target gets new sets. The child reports each file's hash; harnesses refuse a file that
-no longer matches it, so a set changed on disk after it was made is not trusted.
+changed target gets new sets. The child reports each file's fingerprint (inode, size, ctime:
+any write, rename or chmod changes the ctime, which no system call sets back); harnesses refuse
+a file that no longer matches it, so a set changed on disk after that is not trusted.
 Only numpy and the standard library are imported on the child's side.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import io
 import json
@@ -94,8 +94,10 @@ def make_set(job: dict, workload: dict, ref_mod, seed: int) -> dict:
     return {"inputs": inputs, "expected": expected}
 
 
-def _hash(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+def fingerprint(path: Path) -> str:
+    """What changes whenever the file does: cheaper than a hash of its bytes, and as sure."""
+    st = path.stat()
+    return f"{st.st_ino}:{st.st_size}:{st.st_ctime_ns}"
 
 
 def _write_set(path: Path, s: dict) -> None:
@@ -111,7 +113,7 @@ def _write_set(path: Path, s: dict) -> None:
 
 
 def prepare_job(job: dict) -> dict:
-    """Make the missing sets of every workload; {"workloads": [{"verify": [[file, hash]...],
+    """Make the missing sets of every workload; {"workloads": [{"verify": [[file, fingerprint]...],
     "time": [...]}]}. Runs where no candidate ever ran."""
     folder = Path(job["dir"])
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,7 +130,7 @@ def prepare_job(job: dict) -> dict:
                 path = folder / f"w{wi}-s{seed}.set"
                 if not path.exists():
                     _write_set(path, make_set(job, w, ref_mod, seed))
-                lists[kind].append([path.name, _hash(path.read_bytes())])
+                lists[kind].append([path.name, fingerprint(path)])
         out.append(lists)
     return {"workloads": out}
 
@@ -156,10 +158,11 @@ class SetFiles:
     def __getitem__(self, i: int) -> dict:
         if i not in self._loaded:
             name, want = self.entries[i]
-            data = (self.folder / name).read_bytes()
-            if _hash(data) != want:
-                raise SetChanged(f"input set {self.folder / name} changed on disk after it "
-                                 f"was made; delete {self.folder} to make the sets again")
+            path = self.folder / name
+            data = path.read_bytes()
+            if fingerprint(path) != want:
+                raise SetChanged(f"input set {path} changed on disk after it was made; "
+                                 f"delete {self.folder} to make the sets again")
             f = io.BytesIO(data)
             s = {"inputs": {}, "expected": {}}
             for key in json.loads(f.readline()):
