@@ -134,6 +134,10 @@ class EvalConfig(_Strict):
     budget_s: float = Field(0.25, gt=0, description="Stop timing a workload after this much "
                             "time once min_repeats are in (a noisy machine never reaches "
                             "target_rse).")
+    race_rounds: int = Field(10, ge=0, description="After this many rounds, a workload on "
+                             "which the candidate is over twice as slow as the best candidate "
+                             "the runner has timed is timed no further: it has lost, and the "
+                             "min_repeats rounds are for candidates that compete. 0: never.")
     pool_mb: int = Field(512, ge=1, description="Disk and memory for one workload's timed input "
                          "sets: every timed call gets inputs the candidate has not seen, up to "
                          "as many sets as fit here; beyond, calls cycle through them.")

@@ -125,3 +125,21 @@ def test_a_vendor_that_cannot_load_is_left_out(tmp_path):
     ev = CpuRunner().evaluate(target, target.baseline_source(), config=QUICK)
     assert ev.ok and ev.speedup and ev.vs_vendor is None
     assert "eat_no_such_module" in ev.detail["vendor_error"]
+
+
+def test_a_candidate_far_slower_than_the_best_is_timed_out_early():
+    """Once the runner has timed a fast candidate, a naive one (about ten times slower) stops
+    after race_rounds rounds on each workload and says so; a runner that has timed nothing
+    faster times it in full."""
+    target = load_target(ROOT / "examples" / "cpu_matmul")
+    cfg = QUICK.model_copy(update={"race_rounds": 3})
+    naive = target.baseline_source()
+    fast = f"// eat:cflags -O3 -march=native\n#define LOOP_ORDER IKJ\n{naive}"
+    runner = CpuRunner()
+    assert runner.evaluate(target, fast, config=cfg).ok
+    lost = runner.evaluate(target, naive, config=cfg)
+    assert lost.ok and "raced" in lost.detail
+    assert all(w.candidate.n == 3 for w in lost.workloads)
+    alone = CpuRunner().evaluate(target, naive, config=cfg)
+    assert alone.ok and "raced" not in alone.detail
+    assert all(w.candidate.n >= cfg.min_repeats for w in alone.workloads)

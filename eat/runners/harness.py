@@ -251,7 +251,9 @@ def time_all(job: dict, workloads: list[Workload], impls: dict, timer,
 
     kinds = list(impls)
     warmup = cfg["warmup"]
-    for w in workloads:
+    race = job.get("race")
+    raced = []
+    for wi, w in enumerate(workloads):
         samples = {k: [] for k in kinds}
         for r in range(warmup):
             for kind in kinds:
@@ -271,13 +273,17 @@ def time_all(job: dict, workloads: list[Workload], impls: dict, timer,
                     time.perf_counter() - start > cfg["budget_s"]
                     or max(rse(v) for v in samples.values()) < cfg["target_rse"]):
                 break
+            if race and r + 1 >= race["rounds"] and race["ratios"][wi] < np.median(
+                    samples["candidate"]) / np.median(samples[race["kind"]]):
+                raced.append(w.label)  # lost by far: more rounds would not change that
+                break
         results.append({k: _stat(v) for k, v in samples.items()})
         with watch:  # an idle window: nothing of ours runs in it
             time.sleep(0.02)
     if watch.extra_ns > 5_000_000 + 0.05 * watch.wall_ns:
         raise Outcome("rejected", f"background threads used {watch.extra_ns / 1e6:.1f} ms of CPU "
                       "while the candidate was not running", extra_cpu_s=watch.extra_ns / 1e9)
-    return {"status": "ok", "message": "timed", "workloads": results,
+    return {"status": "ok", "message": "timed", "workloads": results, "raced": raced,
             "extra_cpu_s": max(0.0, watch.extra_ns / 1e9)}
 
 

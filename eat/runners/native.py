@@ -161,10 +161,14 @@ class NativeRunner(ABC):
             anchor_key = f"{baseline_lib}\0{cfg.model_dump_json()}"
             anchor = self._anchors.get(anchor_key) if target.vendor else None
             timed = {anchor.kind} if anchor else {"baseline", "vendor"}
+            race_kind = anchor.kind if anchor else "vendor" if target.vendor else "baseline"
+            best = self._best.get(anchor_key, {}).get(race_kind)
             with device_lock(self.lock_name):
                 t0 = time.monotonic()
                 res, run = self._harness(job | self.job_extra("time") | {
-                    "mode": "time",
+                    "mode": "time", "race": best and cfg.race_rounds and {
+                        "kind": race_kind, "rounds": cfg.race_rounds,
+                        "ratios": [RACE_MARGIN * b for b in best]},
                     "baseline_lib": str(baseline_lib) if "baseline" in timed else None,
                     "vendor": target.vendor and "vendor" in timed and {
                         "file": str(target.path(target.vendor.file).resolve()),
@@ -175,6 +179,11 @@ class NativeRunner(ABC):
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
             detail = {"extra_cpu_s": res.get("extra_cpu_s", 0.0)}
+            if res.get("raced"):
+                detail["raced"] = (f"timed for {cfg.race_rounds} rounds only on "
+                                   f"{'; '.join(res['raced'])}: over {RACE_MARGIN:g}x slower "
+                                   "than the best candidate so far")
+            self._remember_best(anchor_key, res["workloads"])
             if res.get("vendor_error"):
                 detail["vendor_error"] = res["vendor_error"]
             if anchor and all(anchor.kind in t for t in res["workloads"]):
@@ -193,6 +202,19 @@ class NativeRunner(ABC):
     @property
     def _anchors(self) -> dict[str, Anchor]:
         return self.__dict__.setdefault("_anchor_table", {})
+
+    @property
+    def _best(self) -> dict[str, dict[str, list[float]]]:
+        """Per target and timing setup, per baseline/vendor: the lowest candidate latency
+        relative to it seen on each workload (what a candidate must come near to be timed out)."""
+        return self.__dict__.setdefault("_best_table", {})
+
+    def _remember_best(self, key: str, timed: list[dict]) -> None:
+        best = self._best.setdefault(key, {})
+        for kind in ("baseline", "vendor"):
+            if all(kind in t for t in timed):
+                ratios = [t["candidate"]["median_s"] / t[kind]["median_s"] for t in timed]
+                best[kind] = [min(a, b) for a, b in zip(best.get(kind, ratios), ratios)]
 
     def _build_key(self, target: Target, source: str, flags: list[str]) -> str:
         """Everything a build depends on: source, command, compiler, device (its arch), env."""
@@ -273,6 +295,8 @@ class NativeRunner(ABC):
         run.stderr = sandbox.truncate(run.stderr, 4000)
         return read_result(job, run, cfg), run
 
+
+RACE_MARGIN = 2.0  # a workload's candidate this many times slower than the best is timed out
 
 # Input sets' manifests, per folder and pool sizes: made (and hashed) once per process.
 _SETS: dict[tuple[Path, tuple], dict] = {}
