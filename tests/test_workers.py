@@ -133,3 +133,36 @@ def test_two_workers_on_the_cpu_runner(quick_matmul, tmp_path):
     st = run_status(ws)
     assert st["evaluations"] == 8 and st["best_speedup"] > 1
     _check_log(ws, 8)
+
+
+def test_llm_teams_call_the_model_at_once_and_every_call_is_logged(tmp_path, llm_server):
+    # Two LLM teams on two workers: the first coder call of each waits for the other's at the
+    # server (a barrier), so the test passes only if both turns are in flight together.
+    base = (serial_run.EXAMPLES / "cpu_matmul" / "baseline.c").read_text()
+    meet, lock, served = threading.Barrier(2, timeout=60), threading.Lock(), []
+    plan = json.dumps({"ideas": [{"idea": "ikj loop order", "expected_gain": 3}]})
+
+    def answer(req):
+        if "# Plan the next ideas" in json.dumps(req["messages"]):
+            return plan
+        with lock:
+            served.append(1)
+            n = len(served)
+        if n <= 2:
+            meet.wait()
+        order = ["IKJ", "KIJ", "JIK"][n % 3]
+        return f"Variant {n}.\n\n```c\n// variant {n}\n#define LOOP_ORDER {order}\n{base}```\n"
+
+    llm_server.default = answer
+    ws = tmp_path / "ws"
+    _, stop = start_run(serial_run.EXAMPLES / "cpu_matmul", ws, runner=FakeRunner(
+        serial_run.landscape), model="openai/eat-test-model", api_base=llm_server.base_url,
+        teams=["coordinate", "explorer"], max_evals=6, workers=2, repairs=0, llm_backoff_s=0,
+        llm_timeout_s=20, sleep=lambda s: None)
+    assert stop.code == "max_evals"
+    _check_log(ws, 6)
+    events = Workspace.open(ws).read_events()[0]
+    calls = [e for e in events if e.type == "llm_called"]
+    assert len(calls) == len(llm_server.requests)     # every call logged once, none lost
+    assert {c.team for c in calls} == {"coordinate-1", "explorer-2"}
+    assert run_status(ws)["llm_calls"] == len(calls)
