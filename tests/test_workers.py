@@ -166,3 +166,33 @@ def test_llm_teams_call_the_model_at_once_and_every_call_is_logged(tmp_path, llm
     assert len(calls) == len(llm_server.requests)     # every call logged once, none lost
     assert {c.team for c in calls} == {"coordinate-1", "explorer-2"}
     assert run_status(ws)["llm_calls"] == len(calls)
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_turns_in_flight_stops_at_once_and_resume_goes_on(quick_matmul, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ws = tmp_path / "ws"
+    proc = subprocess.Popen([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w",
+                             str(ws), "--workers", "3", "--max-evals", "200"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ws / "history.jsonl").exists() or \
+                (ws / "history.jsonl").read_text().count('"candidate_evaluated"') < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = Workspace.open(ws).read_events()[0]
+    assert events[-1].type == "run_stopped" and events[-1].code == "interrupted"
+    done = len([e for e in events if e.type == "candidate_evaluated"])
+    _, stop = resume_run(ws, max_evals=done + 3, workers=2)
+    assert stop.code == "max_evals"
+    _check_log(ws, done + 3)
