@@ -47,9 +47,9 @@ def normalized(events) -> list[dict]:
     return out
 
 
-if __name__ == "__main__":  # writes the reference history of the serial loop
+if __name__ == "__main__":  # writes the reference history of the serial loop (one worker)
     import sys
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        events = run(Path(tmp) / "ws")
+        events = run(Path(tmp) / "ws", workers=1)
     Path(sys.argv[1]).write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
