@@ -170,6 +170,8 @@ _MAX_TIME = typer.Option(None, "--max-time", help="Seconds in the whole run (all
 _MAX_COST = typer.Option(None, "--max-cost", help="LLM spend cap in USD for the whole run.")
 _MAX_CALLS = typer.Option(None, "--max-llm-calls", help="LLM calls in the whole run (default: "
                           "10 per evaluation of --max-evals).")
+_WORKERS = typer.Option(None, "--workers", help="Teams' turns running at once, one per team "
+                        "(default: one fewer than the cores, at least 1).")
 
 
 @app.command()
@@ -186,7 +188,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
                                        help="OpenAI-compatible server, e.g. "
                                        "http://127.0.0.1:8000/v1."),
           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
-          max_llm_calls: int = _MAX_CALLS,
+          max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS,
           seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
           config: Path = typer.Option(None, "--config",
                                       help="TOML file of run settings (default: ./eat.toml if "
@@ -198,7 +200,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
     flags = {k: v for k, v in [("model", model), ("seed", seed), ("max_evals", max_evals),
                                ("max_time_s", max_time), ("max_cost_usd", max_cost),
                                ("api_base", api_base), ("supervisor_model", supervisor_model),
-                               ("max_llm_calls", max_llm_calls)]
+                               ("max_llm_calls", max_llm_calls), ("workers", workers)]
              if v is not None}
     options = settings_file(config) | flags
     shown = make_config(target=str(target), **options)
@@ -210,7 +212,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
 @_reports_errors
 def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
            max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
-           max_llm_calls: int = _MAX_CALLS):
+           max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS):
     """Continue a stopped or crashed run; budgets are totals for the run, not increments."""
     from eat.run import resume_run
     from eat.workspace import Workspace
@@ -220,7 +222,8 @@ def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the r
                        shown_time=max_time or config.max_time_s,
                        **{k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
                                             ("max_cost_usd", max_cost),
-                                            ("max_llm_calls", max_llm_calls)] if v is not None})
+                                            ("max_llm_calls", max_llm_calls),
+                                            ("workers", workers)] if v is not None})
 
 
 @app.command()

@@ -88,6 +88,10 @@ class RunConfig(BaseModel):
     teams: list[str] | None = Field(None, min_length=1, description="Team presets spawned at "
                                     "the start; None: a coordinate climb and an explorer.")
     max_teams: int = Field(4, ge=1, description="Most teams active at once.")
+    workers: int | None = Field(None, ge=1, description="Teams' turns (proposal, LLM calls, "
+                                "build, verification) running at once, one per team; timing "
+                                "still takes one slot per device. None: one fewer than the "
+                                "machine's cores, at least 1.")
     supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
                             "False keeps the starting teams as they are (a baseline to compare "
                             "the supervisor against).")

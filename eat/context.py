@@ -36,6 +36,9 @@ class RunContext:
     outages: int = 0                       # consecutive pauses, for the backoff
     written: dict = field(default_factory=dict)  # derived file -> text last written
     halt: Any = None                       # a Stop a turn found (no team left, unusable model)
+    executor: Any = None                   # LocalExecutor while turns run on worker threads
+    reserved: int = 0                      # evaluations promised to turns in flight
+    claims: dict = field(default_factory=dict)  # source hash -> team: sources in flight
 
     def pause(self) -> None:
         """Wait out an LLM outage: 30 s, doubling with each consecutive one, at most 10 min."""
@@ -45,8 +48,17 @@ class RunContext:
     def elapsed(self) -> float:
         return self.elapsed_base + time.monotonic() - self.started
 
+    def on_main(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` where the workspace is written: the main thread (a turn on a worker
+        thread waits for it)."""
+        return self.executor.on_main(fn) if self.executor else fn()
+
     def record(self, event: Event) -> Event:
-        """Append to the log (durably), fold into the state, tell the display."""
+        """Append to the log (durably), fold into the state, tell the display; from a turn on
+        a worker thread, the main thread does it (the log has one writer)."""
+        return self.on_main(lambda: self._record(event))
+
+    def _record(self, event: Event) -> Event:
         if getattr(event, "type", "") == "candidate_evaluated":
             self.outages = 0
         event.elapsed_s = self.elapsed()

@@ -70,6 +70,9 @@ class CandidateEvaluated(_Event):
     vendor_gflops: float | None = None
     message: str = ""
     plan_item: int | None = Field(None, description="Index of the team plan's idea it tried.")
+    seen_seq: int | None = Field(None, description="With turns running at once: the log's seq "
+                                 "when its turn began, the state its proposal saw (None: one turn "
+                                 "at a time, it saw every event before it).")
 
 
 class EliteRetimed(_Event):
@@ -144,6 +147,9 @@ class AttemptFailed(_Event):
     kind: Literal["malformed", "duplicate", "llm_error", "outage"]
     reason: str
     repeats: str | None = Field(None, description="The candidate a duplicate repeats.")
+    seen_seq: int | None = Field(None, description="With turns running at once: the log's seq "
+                                 "when its turn began, the state its proposal saw (None: one turn "
+                                 "at a time, it saw every event before it).")
 
 
 class TeamExhausted(_Event):

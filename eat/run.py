@@ -92,15 +92,18 @@ def _advisor(ctx: RunContext) -> LLMAdvisor | None:
 def start_run(target_path: Path, workspace: Path | None = None, *,
               on_event: Callable[[Event, RunState], None] | None = None,
               runner: Runner | None = None, eval_config: EvalConfig | None = None,
-              sleep: Callable[[float], None] = time.sleep, **overrides) -> tuple[Path, Stop]:
-    """Create a workspace for the target and run it; returns (workspace, why it stopped)."""
+              sleep: Callable[[float], None] = time.sleep,
+              make_agent: Callable | None = None, **overrides) -> tuple[Path, Stop]:
+    """Create a workspace for the target and run it; returns (workspace, why it stopped).
+    `runner` and `make_agent` ((team, ctx) -> its agent) replace the target's runner and the
+    configured agents (tests and benchmarks)."""
     target = load_target(target_path)
     config = make_config(target=str(Path(target_path).resolve()), **overrides)
     presets = load_presets()
     for name in config.start_teams():
         if name not in presets:
             raise BadInput(f"team preset {name!r} not found (have: {', '.join(presets)})")
-    make_agent = _make_agent_factory(config, target, presets)
+    make_agent = make_agent or _make_agent_factory(config, target, presets)
     runner = _runner_for(target, runner)
     ws = Workspace.create(workspace or default_workspace(target), config)
     with ws.lock():

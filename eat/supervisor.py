@@ -26,7 +26,9 @@ from eat.advisor import to_operations
 from eat.restructure import (Diagnosis, Limits, Operation, decide, diagnose, operation_events,
                              score)
 from eat.state import Candidate
-from eat.team import commit_step, pick_team, step as team_step, write_notes
+from eat.executors.local import Cancelled, LocalExecutor, default_workers
+from eat.team import (Turn, begin_turn, commit_step, end_turn, pick_team, step as team_step,
+                      write_notes)
 from eat.workspace import source_name
 
 
@@ -70,11 +72,55 @@ def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
     """Evaluate the elite's source again: its estimate becomes the median of measurements."""
     source = ctx.ws.paths.candidate(elite.team, elite.cid) / source_name(ctx.target.language)
     ev = ctx.runner.evaluate(ctx.target, source.read_text(), config=ctx.eval_config)
-    return ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
+    before = ctx.state.best
+    event = ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
+    best = ctx.state.best
+    if best is not None and best is not before:  # the re-time handed the lead over: best/ too
+        ctx.ws.set_best(best.team, best.cid)
+    return event
 
 
-def build_graph(ctx: RunContext) -> StateGraph:
-    """The supervisor's graph over `ctx`."""
+def start_turns(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -> None:
+    """Give each free worker a turn of the team furthest below its share (one turn per team),
+    while the evaluation budget has room for every turn's candidate."""
+    while pool.free() > 0 and ctx.state.spent_evals + ctx.reserved < ctx.config.max_evals:
+        team = pick_team(ctx, busy=pool.busy)
+        if team is None:
+            return
+        turn = begin_turn(ctx, team, concurrent=pool.workers > 1)
+        agent = ctx.agent_for(team)
+        turns[team.id] = turn
+        pool.start(team.id, lambda turn=turn, agent=agent: team_step(turn, agent, ctx))
+
+
+def handle_turn_error(ctx: RunContext, team_id: str, error: BaseException) -> None:
+    """A turn that raised: a spent LLM budget ends it (observe stops the run); an unusable
+    model halts the run; an LLM outage is logged and pauses the teams; anything else is a
+    bug and is raised here, on the main thread."""
+    if isinstance(error, BudgetSpent):
+        return
+    if not isinstance(error, LLMError):
+        raise error
+    if not error.retryable and _FATAL.search(str(error)):
+        ctx.halt = Stop("llm_unusable", str(error))  # a key or model problem
+        return
+    ctx.record(AttemptFailed(team=team_id, kind="outage" if error.retryable else "llm_error",
+                             reason=str(error)))
+    if error.retryable:
+        ctx.pause()  # an outage pauses the teams; the run goes on afterwards
+
+
+def finish_turns(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -> None:
+    """The run stops: let the turns in flight end and keep what they found (their
+    evaluations were reserved within the budget); their errors no longer matter."""
+    for team_id, _, error in pool.drain():
+        end_turn(ctx, turns.pop(team_id))
+        if error is not None and not isinstance(error, (BudgetSpent, LLMError, Cancelled)):
+            raise error
+
+
+def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -> StateGraph:
+    """The supervisor's graph over `ctx`; `pool` runs the teams' turns (`turns`: in flight)."""
 
     def observe(s: Step) -> Step:
         verdicts = score(ctx.state, ctx.state.cfg.score_after)
@@ -92,7 +138,8 @@ def build_graph(ctx: RunContext) -> StateGraph:
             return {"plateaus": [], "at_seq": ctx.state.seq}
         plateaus = detect_plateaus(ctx.state, ctx.state.cfg)
         elite = elite_to_retime(ctx.state, plateaus)
-        if elite and ctx.state.spent_evals < ctx.config.max_evals:  # a re-time is an evaluation
+        if elite and ctx.state.spent_evals + ctx.reserved < ctx.config.max_evals:
+            # a re-time is an evaluation (and turns in flight hold theirs)
             retime(ctx, elite)
             plateaus = detect_plateaus(ctx.state, ctx.state.cfg)
         for p in plateaus:
@@ -141,29 +188,24 @@ def build_graph(ctx: RunContext) -> StateGraph:
         return {}
 
     def dispatch(s: Step) -> Step:
-        """One team's turn; what ends the run is left for the next step's observe to say."""
+        """Start turns on the free workers, then take the next turn that ends; what ends the
+        run is left for the next step's observe to say."""
         if should_stop(ctx):  # a step replayed after a crash may find the budget spent
             return {}
-        while (team := pick_team(ctx)) is not None:
-            try:
-                event = team_step(team, ctx)
-            except BudgetSpent:
+        while True:
+            start_turns(ctx, pool, turns)
+            if not pool.busy:
+                ctx.halt = Stop("exhausted", "no team has anything left to try")
                 return {}
-            except LLMError as e:
-                if not e.retryable and _FATAL.search(str(e)):
-                    ctx.halt = Stop("llm_unusable", str(e))  # a key or model problem
-                    return {}
-                ctx.record(AttemptFailed(team=team.id, kind="outage" if e.retryable
-                                         else "llm_error", reason=str(e)))
-                if e.retryable:
-                    ctx.pause()  # an outage pauses the teams; the run goes on afterwards
+            team_id, event, error = pool.next_done()
+            end_turn(ctx, turns.pop(team_id))
+            if error is not None:
+                handle_turn_error(ctx, team_id, error)
                 return {}
             if event is None:
-                write_notes(team, ctx)  # exhausted: the next step's detection retires it
+                write_notes(ctx.state.teams[team_id], ctx)  # exhausted: detection retires it
                 continue
             return {"dispatched": getattr(event, "candidate", None)}
-        ctx.halt = Stop("exhausted", "no team has anything left to try")
-        return {}
 
     g = StateGraph(Step)
     for name, fn in [("observe", observe), ("detect", detect), ("diagnose", diagnose_node),
@@ -187,23 +229,30 @@ def run(ctx: RunContext) -> Stop:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     saver = SqliteSaver(conn)
+    pool = LocalExecutor(ctx.config.workers or default_workers())
+    turns: dict[str, Turn] = {}
+    ctx.executor = pool
     try:
-        graph = build_graph(ctx).compile(checkpointer=saver)
+        graph = build_graph(ctx, pool, turns).compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "supervisor"}}
         snap = graph.get_state(cfg)
         n = snap.values.get("step", 0) if snap.values else 0
         if snap.next:  # the last step was cut short: finish it first
             out = graph.invoke(None, cfg, durability="sync")
             if out.get("stop"):
+                finish_turns(ctx, pool, turns)
                 return Stop(**out["stop"])
         while True:
             n += 1
             out = graph.invoke({"step": n, "stop": None, "plateaus": [], "diagnoses": [],
                                 "advised": None, "dispatched": None}, cfg, durability="sync")
             if out.get("stop"):
+                finish_turns(ctx, pool, turns)
                 return Stop(**out["stop"])
             if n % PRUNE_EVERY == 0:
                 # Between steps the checkpoint holds nothing a resume needs: keep it small.
                 saver.delete_thread(cfg["configurable"]["thread_id"])
     finally:
+        pool.close()  # after Ctrl-C or an error: turns still in flight write nothing more
+        ctx.executor = None
         conn.close()

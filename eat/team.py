@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -16,9 +19,9 @@ from eat.errors import BadInput
 from eat.agents.base import Proposal
 from eat.agents.llm import AttemptError
 from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted
-from eat.runners.base import Evaluation
+from eat.runners.base import Evaluation, source_hash
 from eat.plateau import is_local
-from eat.state import Team
+from eat.state import RunState, Team
 from eat.workspace import source_name, write_atomic
 
 TEAMS_DIR = Path(eat.teams.__file__).parent
@@ -63,11 +66,12 @@ def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
     return presets
 
 
-def pick_team(ctx: RunContext) -> Team | None:
-    """The active, non-exhausted team furthest below its budget share; under supervision, a
-    local search whose last candidate improved its best plays on (a climb is worth most
-    while it climbs), on a turn that does not count against the others' share."""
-    teams = [t for t in ctx.state.active_teams() if not t.exhausted]
+def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
+    """The active, non-exhausted team furthest below its budget share, among those without a
+    turn in flight (`busy`); under supervision, a local search whose last candidate improved
+    its best plays on (a climb is worth most while it climbs), on a turn that does not count
+    against the others' share."""
+    teams = [t for t in ctx.state.active_teams() if not t.exhausted and t.id not in busy]
     last = ctx.state.recent[-1] if ctx.state.recent else None
     hot = ctx.state.teams.get(last.team) if last else None
     if ctx.config.supervise and hot in teams and is_local(hot) and hot.best is last:
@@ -75,51 +79,146 @@ def pick_team(ctx: RunContext) -> Team | None:
     return min(teams, key=lambda t: (t.turns, t.id), default=None)
 
 
-def step(team: Team, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | None:
+@dataclass
+class Turn:
+    """One team's turn as it runs, on any thread. With one turn at a time it sees the live
+    state; with several, a snapshot taken on the main thread when it was dispatched (`seen`:
+    the log's seq then), to which only its own events are applied as they are recorded."""
+
+    team: str
+    state: RunState
+    seen: int | None = None
+    held: int = 1                     # evaluations reserved for it: one, plus one per repair
+    claims: set[str] = field(default_factory=set)   # source hashes it holds in flight
+
+    def record(self, ctx: RunContext, event):
+        event = ctx.record(event)    # on the main thread, into the log and the live state
+        if self.state is not ctx.state:
+            self.state.apply(event)
+        return event
+
+
+def begin_turn(ctx: RunContext, team: Team, concurrent: bool) -> Turn:
+    """On the main thread: reserve the turn's evaluation and give it what it sees."""
+    ctx.reserved += 1
+    if not concurrent:
+        return Turn(team.id, ctx.state)
+    return Turn(team.id, snapshot(ctx), seen=ctx.state.seq)
+
+
+def end_turn(ctx: RunContext, turn: Turn) -> None:
+    """On the main thread: give back what the turn reserved and did not use."""
+    ctx.reserved -= turn.held
+    for digest in turn.claims:
+        ctx.claims.pop(digest, None)
+
+
+def snapshot(ctx: RunContext) -> RunState:
+    """A copy of the live state for a turn that runs beside others; sources other turns are
+    evaluating count as known (an empty candidate id), so an agent proposes something else."""
+    state = copy.deepcopy(ctx.state)
+    state.hashes.update(dict.fromkeys(ctx.claims, ""))
+    return state
+
+
+def step(turn: Turn, agent, ctx: RunContext) -> CandidateEvaluated | AttemptFailed | None:
     """One turn of a team: its candidate's event, or the failed attempt's; None when its agent
     has nothing left to try (the team is exhausted). A failed candidate gets up to
-    `config.repairs` repairs from an agent that can repair, each evaluated in the same turn."""
-    agent = ctx.agent_for(team)
+    `config.repairs` repairs from an agent that can repair, each evaluated in the same turn.
+    Runs on a worker thread or the main one; every write goes through `ctx` to the main one."""
     # plan + implement: the agent picks an idea and writes the source
     try:
-        proposal = agent.propose(team, ctx.state)
+        proposal = _propose(turn, ctx, lambda: agent.propose(turn.state.teams[turn.team],
+                                                             turn.state))
     except AttemptError as e:
         if e.plan:
-            ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in e.plan]))
-        return ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e),
-                                        repeats=e.repeats))
+            turn.record(ctx, PlanUpdated(team=turn.team, ideas=[p.model_dump() for p in e.plan]))
+        return turn.record(ctx, AttemptFailed(team=turn.team, kind=e.kind, reason=str(e),
+                                              repeats=e.repeats, seen_seq=turn.seen))
     if proposal is None:
-        ctx.record(TeamExhausted(team=team.id))
+        turn.record(ctx, TeamExhausted(team=turn.team))
         return None
     if proposal.plan:
-        ctx.record(PlanUpdated(team=team.id, ideas=[p.model_dump() for p in proposal.plan]))
-    event, ev = _evaluate(team, proposal, ctx)
+        turn.record(ctx, PlanUpdated(team=turn.team,
+                                     ideas=[p.model_dump() for p in proposal.plan]))
+    event, ev = _evaluate(turn, proposal, ctx)
     for _ in range(ctx.config.repairs):
-        if event.status == "ok" or ctx.state.spent_evals >= ctx.config.max_evals:
+        if event.status == "ok" or not ctx.on_main(lambda: _reserve(ctx, turn)):
             break
-        failed = ctx.state.candidates[event.candidate]
+        failed = turn.state.candidates[event.candidate]
         try:
-            proposal = agent.repair(team, ctx.state, failed, ev.compile_log + ev.stderr)
+            proposal = _propose(turn, ctx, lambda: agent.repair(
+                turn.state.teams[turn.team], turn.state, failed, ev.compile_log + ev.stderr))
         except AttemptError as e:
-            ctx.record(AttemptFailed(team=team.id, kind=e.kind, reason=str(e),
-                                     repeats=e.repeats))
+            turn.record(ctx, AttemptFailed(team=turn.team, kind=e.kind, reason=str(e),
+                                           repeats=e.repeats, seen_seq=turn.seen))
             break
         if proposal is None:
             break
-        event, ev = _evaluate(team, proposal, ctx)
+        event, ev = _evaluate(turn, proposal, ctx)
     return event
 
 
-def _evaluate(team: Team, proposal: Proposal, ctx: RunContext):
-    """evaluate + reflect: run the candidate, keep its files and event, update best/ and notes."""
-    cid = ctx.state.next_candidate_id()
+_CLAIM_TRIES = 3
+
+
+def _propose(turn: Turn, ctx: RunContext, ask) -> Proposal | None:
+    """The agent's proposal, its source claimed for this turn: a source another turn is
+    evaluating, or one recorded since the snapshot, is asked for again from a fresh snapshot
+    (never the case with one turn at a time, which sees the live state)."""
+    for _ in range(_CLAIM_TRIES):
+        proposal = ask()
+        if proposal is None or ctx.on_main(lambda: _claim(ctx, turn, proposal.source)):
+            return proposal
+        turn.state = ctx.on_main(lambda: snapshot(ctx))
+    raise AttemptError("duplicate", "other turns were evaluating the sources it proposed")
+
+
+def _claim(ctx: RunContext, turn: Turn, source: str) -> bool:
+    digest = source_hash(source)
+    if digest in ctx.claims or digest in ctx.state.hashes:
+        return False
+    ctx.claims[digest] = turn.team
+    turn.claims.add(digest)
+    return True
+
+
+def _reserve(ctx: RunContext, turn: Turn) -> bool:
+    """On the main thread: one more evaluation for a repair, if the budget has it."""
+    if ctx.state.spent_evals + ctx.reserved >= ctx.config.max_evals:
+        return False
+    ctx.reserved += 1
+    turn.held += 1
+    return True
+
+
+def _evaluate(turn: Turn, proposal: Proposal, ctx: RunContext):
+    """evaluate (here) + reflect (on the main thread): run the candidate, then keep it."""
     ev = ctx.runner.evaluate(ctx.target, proposal.source, config=ctx.eval_config)
+    event = ctx.on_main(lambda: _keep(turn, proposal, ev, ctx))
+    if turn.state is not ctx.state:
+        turn.state.apply(event)
+    return event, ev
+
+
+def _keep(turn: Turn, proposal: Proposal, ev: Evaluation, ctx: RunContext):
+    """On the main thread: the candidate gets the next id, its files, its event, best/, notes
+    and a commit, in that order (crash recovery relies on it)."""
+    team = ctx.state.teams[turn.team]
+    cid = ctx.state.next_candidate_id()
     meta = {"team": team.id, "idea": proposal.idea, "knobs": proposal.knobs,
             "parent": proposal.parent, "plan_item": proposal.plan_item}
     ctx.ws.write_candidate(team.id, cid, {source_name(ctx.target.language): proposal.source,
                                           "meta.json": json.dumps(meta, indent=2)},
                            ev.model_dump(mode="json"))
-    event = ctx.record(evaluated_event(cid, meta, ev))
+    event = evaluated_event(cid, meta, ev)
+    event.seen_seq = turn.seen
+    ctx._record(event)
+    ctx.reserved -= 1
+    turn.held -= 1
+    digest = source_hash(proposal.source)
+    ctx.claims.pop(digest, None)
+    turn.claims.discard(digest)
     new_best = ctx.state.best is not None and ctx.state.best.cid == cid
     if new_best:
         ctx.ws.set_best(team.id, cid)
@@ -128,7 +227,7 @@ def _evaluate(team: Team, proposal: Proposal, ctx: RunContext):
                 + (f"{ev.speedup:.2f}x" if ev.speedup else ev.message[:80])
                 + (" (new best)" if new_best else "") + f" [{proposal.idea[:100]}]",
                 [team.id], cid)
-    return event, ev
+    return event
 
 
 def commit_step(ctx: RunContext, message: str, teams: list[str],

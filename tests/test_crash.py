@@ -16,11 +16,12 @@ from eat.workspace import Workspace
 TOTAL = 14
 
 
-def _start(quick_matmul, ws):
+def _start(quick_matmul, ws, workers: int):
     if (ws / "history.jsonl").exists():
         args = ["resume", str(ws), "--max-evals", str(TOTAL)]
     else:  # killed before the workspace existed: nothing to resume yet
         args = ["start", str(quick_matmul), "-w", str(ws), "--max-evals", str(TOTAL)]
+    args += ["--workers", str(workers)]
     return subprocess.Popen([sys.executable, "-m", "eat", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
@@ -61,12 +62,14 @@ def _progress(ws, proc, timeout: float = 120.0) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
-def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed):
+@pytest.mark.parametrize("seed, workers", [(1, 1), (2, 1), (3, 4)])
+def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed, workers):
+    """With 4 workers, turns in flight at the kill are dropped (they wrote nothing) and redone
+    or not on resume; what was recorded stays as it was."""
     ws = tmp_path / "ws"
     rng = random.Random(seed)
     snapshots = []
-    proc = _start(quick_matmul, ws)
+    proc = _start(quick_matmul, ws, workers)
     for _ in range(4):
         # A random moment after the run has made progress since the last kill: how long a
         # start-up takes (imports, the doctor's peaks) depends on the machine's load.
@@ -83,7 +86,7 @@ def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed):
         if (ws / "history.jsonl").exists():
             events, _ = Workspace.open(ws).read_events()   # parses, torn tail tolerated
             snapshots.append(events)
-        proc = _start(quick_matmul, ws)
+        proc = _start(quick_matmul, ws, workers)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -145,7 +146,7 @@ class NativeRunner(ABC):
                                           "compile_s": time.monotonic() - t0}, **ev)
                 compile_log = built.stderr
                 cached.with_suffix(".log").write_text(compile_log)
-                part = cached.with_suffix(f".{os.getpid()}.part")  # same folder: replace is atomic
+                part = cached.with_suffix(f".{os.getpid()}-{threading.get_ident()}.part")  # atomic
                 shutil.copyfile(src.with_suffix(".so"), part)
                 os.replace(part, cached.with_suffix(".so"))
             durations["compile_s"] = time.monotonic() - t0
@@ -189,7 +190,7 @@ class NativeRunner(ABC):
             if anchor and all(anchor.kind in t for t in res["workloads"]):
                 detail["scaled"] = anchor.apply(res["workloads"])
                 if anchor.stale:
-                    del self._anchors[anchor_key]
+                    self._anchors.pop(anchor_key, None)  # another turn may have dropped it
             elif all("baseline" in t and "vendor" in t for t in res["workloads"]):
                 self._anchors[anchor_key] = Anchor.measure(res["workloads"])
             summary = summarize(target, res["workloads"], self.peaks)
@@ -271,6 +272,11 @@ class NativeRunner(ABC):
         folder = inputs_dir() / f"{target.name}-{key}"
         cfg = job["config"]
         sizes = tuple(cfg[k] for k in ("seeds", "warmup", "max_repeats", "pool_mb"))
+        with _SETS_LOCK:  # turns on several threads: one child makes them, the others wait
+            return self._made_sets(target, job, folder, sizes)
+
+    def _made_sets(self, target: Target, job: dict, folder: Path, sizes: tuple) -> dict:
+        cfg = job["config"]
         if (folder, sizes) not in _SETS:
             prep = {k: job[k] for k in ("args", "workloads", "reference", "config")}
             limits = sandbox.Limits(wall_s=max(600.0, cfg["timeout_s"]),
@@ -300,6 +306,7 @@ RACE_MARGIN = 2.0  # a workload's candidate this many times slower than the best
 
 # Input sets' manifests, per folder and pool sizes: made (and hashed) once per process.
 _SETS: dict[tuple[Path, tuple], dict] = {}
+_SETS_LOCK = threading.Lock()
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Executors: where teams' turns run (local threads now; Ray is a later one)."""

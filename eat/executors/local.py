@@ -1,0 +1,98 @@
+"""The local executor: teams' turns on worker threads, every write on the main thread.
+
+A turn (agent proposal with its LLM calls, build, verification, timing) spends its time
+waiting on a model or on child processes, so threads are enough. What a turn writes (an
+event, a candidate folder, best/, notes, a commit) it hands to the main thread with
+`on_main` and waits for: the main thread is the log's one writer, and it serves those calls
+only while the supervisor is waiting for a turn to end, so the supervisor always decides on a
+state no turn is changing. Timing keeps its own slot per device (eat.cache.device_lock).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+
+class Cancelled(Exception):
+    """The run stopped while this turn was in flight: what it found is dropped."""
+
+
+def default_workers() -> int:
+    """One fewer than the cores (the main thread and the children need one), at least 1."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+class LocalExecutor:
+    """Up to `workers` turns at once, one per team; `next_done` serves their writes."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.busy: dict[str, threading.Thread] = {}   # team id -> the thread of its turn
+        self._inbox: queue.Queue = queue.Queue()
+        self._main = threading.get_ident()
+        self._closed = False
+
+    def free(self) -> int:
+        return self.workers - len(self.busy)
+
+    def start(self, team: str, turn: Callable[[], Any]) -> None:
+        """Run `turn` for `team` on a worker thread. Daemon threads: a run that stops does not
+        wait for a turn's model call to return (its child processes die with the process)."""
+
+        def work() -> None:
+            try:
+                self._inbox.put(("done", team, turn(), None))
+            except BaseException as e:  # handed to the main thread, which decides
+                self._inbox.put(("done", team, None, e))
+
+        thread = threading.Thread(target=work, name=f"eat-turn-{team}", daemon=True)
+        self.busy[team] = thread
+        thread.start()
+
+    def on_main(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the main thread and return what it returns (raises what it raises);
+        on the main thread itself, at once."""
+        if threading.get_ident() == self._main:
+            return fn()
+        if self._closed:
+            raise Cancelled("the run has stopped")
+        reply: Future = Future()
+        self._inbox.put(("call", fn, reply, None))
+        return reply.result()
+
+    def next_done(self) -> tuple[str, Any, BaseException | None]:
+        """Serve the turns' calls until one turn ends: (team, what it returned, what it raised)."""
+        while True:
+            try:  # a timeout keeps Ctrl-C deliverable to the main thread while it waits
+                kind, a, b, c = self._inbox.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if kind == "done":
+                del self.busy[a]
+                return a, b, c
+            if self._closed:
+                b.set_exception(Cancelled("the run has stopped"))
+                continue
+            try:
+                b.set_result(a())
+            except BaseException as e:  # the worker raises it, as a direct call would
+                b.set_exception(e)
+
+    def drain(self) -> list[tuple[str, Any, BaseException | None]]:
+        """Let every turn in flight finish (serving its writes): what each ended with."""
+        return [self.next_done() for _ in range(len(self.busy))]
+
+    def close(self) -> None:
+        """Refuse further writes: a turn still in flight gets Cancelled at its next one."""
+        self._closed = True
+        while True:  # answer the calls already waiting, so no worker waits forever
+            try:
+                kind, a, b, c = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "call":
+                b.set_exception(Cancelled("the run has stopped"))

@@ -1,0 +1,198 @@
+"""Teams' turns on several workers: one worker reproduces the serial loop's history; several
+run at once, evaluate nothing twice, stay within the budget and say what state they saw."""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from eat.agents.offline import OfflineAgent
+from eat.events import CandidateEvaluated
+from eat.executors.local import Cancelled, LocalExecutor
+from eat.run import resume_run, run_status, start_run
+from eat.state import RunState
+from eat.workspace import Workspace
+from fake_runner import FakeRunner
+import serial_run
+
+SERIAL = Path(__file__).parent / "data" / "serial_history.jsonl"
+TEAMS = ["coordinate", "explorer", "refiner", "model"]
+
+
+def test_one_worker_reproduces_the_serial_history(tmp_path):
+    # data/serial_history.jsonl was written by the loop before turns had workers
+    # (`python tests/serial_run.py FILE` at that commit): same events, same order.
+    expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
+    got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
+    assert [e["type"] for e in got] == [e["type"] for e in expected]
+    assert got == expected
+
+
+class MeetingRunner(FakeRunner):
+    """The first `meet` evaluations wait for each other (a barrier): a loop that ran one turn
+    at a time would never get past the first. No timing is involved."""
+
+    def __init__(self, meet: int):
+        super().__init__(serial_run.landscape)
+        self.barrier = threading.Barrier(meet, timeout=60)
+        self.lock, self.waiting = threading.Lock(), meet
+
+    def evaluate(self, target, source, **kw):
+        with self.lock:
+            meets, self.waiting = self.waiting > 0, self.waiting - 1
+        if meets:
+            self.barrier.wait()  # BrokenBarrierError (the test fails) if they never meet
+        with self.lock:
+            return super().evaluate(target, source, **kw)
+
+
+class OneTurnPerTeam:
+    """An offline agent that fails the test's check when its team has two turns at once."""
+
+    overlaps = 0
+
+    def __init__(self, ctx):
+        self.inner, self.busy = OfflineAgent(ctx.target, seed=0), threading.Lock()
+
+    def propose(self, team, state):
+        if not self.busy.acquire(blocking=False):
+            OneTurnPerTeam.overlaps += 1
+            return None
+        try:
+            return self.inner.propose(team, state)
+        finally:
+            self.busy.release()
+
+    def repair(self, team, state, failed, log):
+        return None
+
+
+def _check_log(ws: Path, max_evals: int) -> list[CandidateEvaluated]:
+    events, size = Workspace.open(ws).read_events()
+    assert size == (ws / "history.jsonl").stat().st_size             # parses to the end
+    evaluated = [e for e in events if e.type == "candidate_evaluated"]
+    state = RunState.from_events(events)
+    assert state.spent_evals == max_evals                              # the budget, exactly
+    assert [e.candidate for e in evaluated] == [f"c{i:04d}" for i in range(1, len(evaluated) + 1)]
+    assert len({e.source_hash for e in evaluated}) == len(evaluated)   # nothing twice
+    for e in evaluated:                                                # each cites its view
+        assert e.seen_seq is not None and e.seen_seq < e.seq
+        assert (ws / "teams" / e.team / "candidates" / e.candidate / "result.json").is_file()
+    return evaluated
+
+
+def test_turns_run_at_once_and_nothing_is_evaluated_twice(tmp_path):
+    runner = MeetingRunner(meet=4)
+    OneTurnPerTeam.overlaps = 0
+    ws = tmp_path / "ws"
+    _, stop = start_run(serial_run.EXAMPLES / "cpu_matmul", ws, runner=runner, max_evals=30,
+                        workers=4, teams=TEAMS, make_agent=lambda t, ctx: OneTurnPerTeam(ctx))
+    assert stop.code == "max_evals"
+    evaluated = _check_log(ws, 30)
+    assert runner.calls == 30                       # candidates and re-times, nothing more
+    assert OneTurnPerTeam.overlaps == 0
+    first = [e for e in evaluated if e.seen_seq == evaluated[0].seen_seq]
+    assert len(first) == 4 and len({e.team for e in first}) == 4  # began on one state, met
+    best = run_status(ws)["best_candidate"]
+    assert (ws / "best" / "CANDIDATE").read_text().strip().endswith(best)
+
+
+def test_resume_with_other_workers_continues_the_same_run(tmp_path):
+    ws = tmp_path / "ws"
+    start_run(serial_run.EXAMPLES / "cpu_matmul", ws, runner=FakeRunner(serial_run.landscape),
+              max_evals=10, workers=3, teams=TEAMS)
+    _, stop = resume_run(ws, runner=FakeRunner(serial_run.landscape), max_evals=20, workers=2)
+    assert stop.code == "max_evals"
+    _check_log(ws, 20)
+    assert Workspace.open(ws).config().workers == 2
+
+
+def test_the_executor_runs_writes_on_the_main_thread_and_refuses_them_once_closed():
+    pool, main = LocalExecutor(2), threading.get_ident()
+    seen = []
+    pool.start("a", lambda: pool.on_main(lambda: seen.append(threading.get_ident()) or 7))
+    pool.start("b", lambda: pool.on_main(lambda: 1 / 0))
+    assert pool.free() == 0
+    ended = dict((t, (r, type(e).__name__ if e else None)) for t, r, e in pool.drain())
+    assert ended == {"a": (7, None), "b": (None, "ZeroDivisionError")} and seen == [main]
+    assert pool.on_main(lambda: "here") == "here"       # on the main thread: at once
+    gate = threading.Event()
+    pool.start("c", lambda: (gate.wait(10), pool.on_main(lambda: "late"))[1])
+    pool.close()
+    gate.set()
+    _, result, error = pool.next_done()
+    assert result is None and isinstance(error, Cancelled)
+
+
+@pytest.mark.slow
+def test_two_workers_on_the_cpu_runner(quick_matmul, tmp_path):
+    ws = tmp_path / "ws"
+    _, stop = start_run(quick_matmul, ws, max_evals=8, workers=2)
+    assert stop.code == "max_evals"
+    st = run_status(ws)
+    assert st["evaluations"] == 8 and st["best_speedup"] > 1
+    _check_log(ws, 8)
+
+
+def test_llm_teams_call_the_model_at_once_and_every_call_is_logged(tmp_path, llm_server):
+    # Two LLM teams on two workers: the first coder call of each waits for the other's at the
+    # server (a barrier), so the test passes only if both turns are in flight together.
+    base = (serial_run.EXAMPLES / "cpu_matmul" / "baseline.c").read_text()
+    meet, lock, served = threading.Barrier(2, timeout=60), threading.Lock(), []
+    plan = json.dumps({"ideas": [{"idea": "ikj loop order", "expected_gain": 3}]})
+
+    def answer(req):
+        if "# Plan the next ideas" in json.dumps(req["messages"]):
+            return plan
+        with lock:
+            served.append(1)
+            n = len(served)
+        if n <= 2:
+            meet.wait()
+        order = ["IKJ", "KIJ", "JIK"][n % 3]
+        return f"Variant {n}.\n\n```c\n// variant {n}\n#define LOOP_ORDER {order}\n{base}```\n"
+
+    llm_server.default = answer
+    ws = tmp_path / "ws"
+    _, stop = start_run(serial_run.EXAMPLES / "cpu_matmul", ws, runner=FakeRunner(
+        serial_run.landscape), model="openai/eat-test-model", api_base=llm_server.base_url,
+        teams=["coordinate", "explorer"], max_evals=6, workers=2, repairs=0, llm_backoff_s=0,
+        llm_timeout_s=20, sleep=lambda s: None)
+    assert stop.code == "max_evals"
+    _check_log(ws, 6)
+    events = Workspace.open(ws).read_events()[0]
+    calls = [e for e in events if e.type == "llm_called"]
+    assert len(calls) == len(llm_server.requests)     # every call logged once, none lost
+    assert {c.team for c in calls} == {"coordinate-1", "explorer-2"}
+    assert run_status(ws)["llm_calls"] == len(calls)
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_turns_in_flight_stops_at_once_and_resume_goes_on(quick_matmul, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ws = tmp_path / "ws"
+    proc = subprocess.Popen([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w",
+                             str(ws), "--workers", "3", "--max-evals", "200"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ws / "history.jsonl").exists() or \
+                (ws / "history.jsonl").read_text().count('"candidate_evaluated"') < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = Workspace.open(ws).read_events()[0]
+    assert events[-1].type == "run_stopped" and events[-1].code == "interrupted"
+    done = len([e for e in events if e.type == "candidate_evaluated"])
+    _, stop = resume_run(ws, max_evals=done + 3, workers=2)
+    assert stop.code == "max_evals"
+    _check_log(ws, done + 3)
