@@ -61,6 +61,8 @@ class RunConfig(BaseModel):
     llm_attempts: int = Field(5, ge=1, description="Tries per LLM call for rate limits, 5xx and "
                               "timeouts, before the team pauses for an outage.")
     llm_backoff_s: float = Field(2.0, ge=0, description="First wait between tries; doubles.")
+    llm_concurrency: int = Field(4, ge=1, description="LLM calls to one model in flight at "
+                                 "once, across all teams; a rate-limit answer holds them all.")
     input_cost_per_token: float | None = Field(None, ge=0, description="USD per prompt token, "
                                                "for models litellm has no price for.")
     output_cost_per_token: float | None = Field(None, ge=0, description="USD per completion "

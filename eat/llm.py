@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 from typing import Any, Callable
 
@@ -69,6 +70,8 @@ class LLMSettings(BaseModel):
                                                "does not know the model's price.")
     output_cost_per_token: float | None = Field(None, ge=0, description="USD, likewise.")
     temperature: float | None = Field(None, description="Sampling temperature, if set.")
+    concurrency: int = Field(4, ge=1, description="Calls to this model (and server) in flight "
+                             "at once, across every team of the run.")
 
 
 class Call(BaseModel):
@@ -122,14 +125,61 @@ def _litellm():
     return litellm
 
 
+class Gate:
+    """What one model on one server allows, shared by every client of it in this process: at
+    most `limit` calls in flight, and after a rate-limit answer no call starts until the wait
+    it asked for has passed, so one team's 429 slows every team on that model, not just itself.
+    """
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic):
+        self.slots = threading.BoundedSemaphore(limit)
+        self.clock, self._lock, self._until = clock, threading.Lock(), 0.0
+
+    def hold_off(self, seconds: float) -> None:
+        with self._lock:
+            self._until = max(self._until, self.clock() + seconds)
+
+    def wait_s(self) -> float:
+        """Seconds until calls may start again."""
+        with self._lock:
+            return max(0.0, self._until - self.clock())
+
+
+_GATES: dict[tuple, Gate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def gate_for(settings: LLMSettings) -> Gate:
+    """The process's one Gate for this model and server."""
+    with _GATES_LOCK:
+        key = (settings.model, settings.api_base)
+        if key not in _GATES:
+            _GATES[key] = Gate(settings.concurrency)
+        return _GATES[key]
+
+
+def rate_limited(exc: BaseException) -> bool:
+    return getattr(exc, "status_code", None) == 429 or "RateLimit" in type(exc).__name__
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """The server's Retry-After, in seconds, when its answer carried one."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    try:
+        return float(headers.get("retry-after"))
+    except (TypeError, ValueError):
+        return None
+
+
 class LLMClient:
     """Chat completions for one model; `record` gets every Call, `refuse` says why no call may
     start now (the run's budget is spent) or None."""
 
     def __init__(self, settings: LLMSettings, record: Callable[[Call], None],
                  refuse: Callable[[], str | None] = lambda: None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, gate: Gate | None = None):
         self.settings, self.record, self.refuse, self.sleep = settings, record, refuse, sleep
+        self.gate = gate or gate_for(settings)
 
     def chat(self, messages: list[dict], *, agent: str, team: str | None = None,
              **extra: Any) -> str:
@@ -151,17 +201,24 @@ class LLMClient:
             kwargs["output_cost_per_token"] = s.output_cost_per_token
         wait = s.backoff_s
         for attempt in range(1, s.attempts + 1):
+            while (held := self.gate.wait_s()) > 0:  # another team was told to slow down
+                self.sleep(held)
             if why := self.refuse():  # each try is a call the budget counts
                 raise BudgetSpent(why)
             try:
-                response = litellm.completion(**kwargs)
+                with self.gate.slots:
+                    response = litellm.completion(**kwargs)
             except Exception as e:  # every provider error arrives as some litellm class
                 again = retryable(e) and attempt < s.attempts
                 why = redact(f"{type(e).__name__}: {' '.join(str(e).split())}")[:300]
                 self.record(Call(agent=agent, team=team, model=s.model, ok=False, error=why))
                 if not again:
                     raise LLMError(f"{s.model}: {why}", retryable(e)) from None
-                self.sleep(min(s.max_backoff_s, wait) * random.uniform(0.8, 1.2))
+                pause = min(s.max_backoff_s, wait) * random.uniform(0.8, 1.2)
+                if rate_limited(e):
+                    pause = max(pause, _retry_after(e) or 0.0)
+                    self.gate.hold_off(pause)
+                self.sleep(pause)
                 wait *= 2
                 continue
             self.record(self._usage(response, agent, team))

@@ -70,6 +70,7 @@ def llm_client(ctx: RunContext, model: str) -> LLMClient:
     c = ctx.config
     settings = LLMSettings(model=model, api_base=c.api_base, timeout_s=c.llm_timeout_s,
                            attempts=c.llm_attempts, backoff_s=c.llm_backoff_s,
+                           concurrency=c.llm_concurrency,
                            input_cost_per_token=c.input_cost_per_token,
                            output_cost_per_token=c.output_cost_per_token)
     def refuse() -> str | None:

@@ -93,3 +93,64 @@ def test_secrets_in_error_messages_are_masked(monkeypatch):
     monkeypatch.setenv("SOME_PROVIDER_API_KEY", "sk-live-1234567890")
     assert redact("Incorrect API key provided: sk-live-1234567890.") == \
         "Incorrect API key provided: ***."
+
+
+def test_calls_to_one_model_are_capped_across_clients(llm_server):
+    """Four teams' clients of one model, at most two calls in flight: the server never sees
+    more, and every call is answered."""
+    import threading
+    import time
+
+    from eat.llm import Gate
+    from llm_server import Reply
+
+    lock, live, peak = threading.Lock(), [0], [0]
+
+    def slow(req):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.2)
+        with lock:
+            live[0] -= 1
+        return Reply("ok")
+
+    llm_server.default = slow
+    gate, calls, answers = Gate(2), [], []
+    clients = [client(llm_server, calls, gate=gate) for _ in range(4)]
+    threads = [threading.Thread(target=lambda c=c: answers.append(
+        c.chat([{"role": "user", "content": "x"}], agent="a"))) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == ["ok"] * 4 and len(llm_server.requests) == 4
+    assert peak[0] <= 2
+
+
+def test_a_rate_limit_holds_every_client_of_the_model(llm_server):
+    """Team A's 429 (Retry-After 5 s) makes team B, calling during A's wait, wait too before
+    its call starts; on a clock of the test's own, so nothing here depends on real time."""
+    from eat.llm import Gate
+
+    now = [0.0]
+    gate = Gate(4, clock=lambda: now[0])
+    llm_server.error(429, retry_after=5).reply("b").reply("a")
+    calls, b_waits = [], []
+
+    def b_sleep(s):
+        b_waits.append(s)
+        now[0] += s
+
+    b = client(llm_server, calls, gate=gate)
+    b.sleep = b_sleep
+
+    def a_sleep(s):  # while A backs off, B calls the same model
+        assert b.chat([{"role": "user", "content": "b"}], agent="b") == "b"
+        now[0] = max(now[0], 5.0)
+
+    a = client(llm_server, calls, gate=gate)
+    a.sleep = a_sleep
+    assert a.chat([{"role": "user", "content": "a"}], agent="a") == "a"
+    assert b_waits == [pytest.approx(5.0)]
+    assert [r.messages[-1]["content"] for r in llm_server.requests] == ["a", "b", "a"]
