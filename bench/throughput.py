@@ -15,7 +15,8 @@ turn per team at a time, so 8 teams are needed to fill 8 workers):
 - slot-bound (llm_s 0.05, build_s 0.05, timed_s 0.25): the timing slot is the limit
   (60 / timed_s evaluations a minute); target: slot busy >= 85% at 8 workers.
 Throughput is evaluations (candidates and re-times) over the run's wall time, start-up and
-the final git flush included. Ray: no executor yet (null).
+the final git flush included. The llm-bound case runs again on the Ray executor (a local Ray
+instance on loopback, started before the clock; the runner in its actor): "ray" in --json.
 
 Run from the repository root:  python bench/throughput.py [--evals 32] [--json]
 """
@@ -37,6 +38,7 @@ from eat.cache import device_lock
 from eat.config import PlateauConfig
 from eat.run import run_status, start_run
 from eat.runners.base import Evaluation, Stat, WorkloadResult, source_hash
+from eat.target import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "examples" / "cpu_matmul"
@@ -96,9 +98,22 @@ class SlowAgent:
 
 
 def measure(workers: int, evals: int, llm_s: float, build_s: float,
-            timed_s: float) -> dict:
-    """One run of `evals` evaluations: evaluations a minute and the timing slot's busy share."""
+            timed_s: float, executor: str = "local") -> dict:
+    """One run of `evals` evaluations: evaluations a minute and the timing slot's busy share
+    (local only: on Ray the runner's count is in the actor)."""
     runner = SleepyRunner(build_s, timed_s)
+    if executor == "ray":  # started before the clock: a cluster is up before a run begins
+        from eat.executors.ray import RayRunner
+        runner = RayRunner(load_target(TARGET), workers,
+                           make_runner=lambda: SleepyRunner(build_s, timed_s))
+    try:
+        return _measure(runner, workers, evals, llm_s)
+    finally:
+        if executor == "ray":
+            runner.close()
+
+
+def _measure(runner, workers: int, evals: int, llm_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="eat-throughput-") as tmp:
         ws = Path(tmp) / "ws"
         t0 = time.monotonic()
@@ -111,19 +126,25 @@ def measure(workers: int, evals: int, llm_s: float, build_s: float,
         wall = time.monotonic() - t0
         done = run_status(ws)["evaluations"]
     return {"per_min": round(60 * done / wall, 1), "evaluations": done, "wall_s": round(wall, 2),
-            "slot_busy": round(runner.busy_s / wall, 3), "stop": stop.code}
+            "slot_busy": round(getattr(runner, "busy_s", 0.0) / wall, 3), "stop": stop.code}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--evals", type=int, default=32, help="evaluations per run")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray executor's runs")
     args = ap.parse_args()
     os.environ.setdefault("EAT_CACHE_DIR", tempfile.mkdtemp(prefix="eat-throughput-cache-"))
     results = {case: {w: measure(w, args.evals, **costs) for w in WORKERS}
                for case, costs in CASES.items()}
+    ray = None
+    if not args.no_ray:
+        results["llm-bound, ray"] = {w: measure(w, args.evals, **CASES["llm-bound"],
+                                                executor="ray") for w in WORKERS}
+        ray = {str(w): r["per_min"] for w, r in results["llm-bound, ray"].items()}
     llm, slot = results["llm-bound"], results["slot-bound"]
-    out = {"local": {str(w): llm[w]["per_min"] for w in WORKERS}, "ray": None,
+    out = {"local": {str(w): llm[w]["per_min"] for w in WORKERS}, "ray": ray,
            "slot_busy": slot[max(WORKERS)]["slot_busy"],
            "slot_bound": {str(w): slot[w]["per_min"] for w in WORKERS},
            "slot_limit_per_min": round(60 / CASES["slot-bound"]["timed_s"], 1)}
@@ -131,13 +152,13 @@ def main() -> None:
         print(json.dumps(out))
         return
     for case, rows in results.items():
-        costs = ", ".join(f"{k} {v}" for k, v in CASES[case].items())
+        costs = ", ".join(f"{k} {v}" for k, v in CASES[case.split(",")[0]].items())
         print(f"{case} ({costs}; {args.evals} evaluations, {len(TEAMS)} teams)")
         print(f"  {'workers':>7} {'evals/min':>10} {'vs 1':>6} {'slot busy':>10} {'wall s':>7}")
         for w, r in rows.items():
             print(f"  {w:>7} {r['per_min']:>10} {r['per_min'] / rows[1]['per_min']:>5.2f}x "
                   f"{r['slot_busy']:>10.0%} {r['wall_s']:>7}")
-    print(f"slot limit: {out['slot_limit_per_min']} evaluations/min; ray: no executor yet")
+    print(f"slot limit: {out['slot_limit_per_min']} evaluations/min")
     sys.stdout.flush()
 
 

@@ -172,6 +172,10 @@ _MAX_CALLS = typer.Option(None, "--max-llm-calls", help="LLM calls in the whole 
                           "10 per evaluation of --max-evals).")
 _WORKERS = typer.Option(None, "--workers", help="Teams' turns running at once, one per team "
                         "(default: one fewer than the cores, at least 1).")
+_EXECUTOR = typer.Option(None, "--executor", help="'local' (default) or 'ray': builds, "
+                         "verification and timing in a Ray actor (pip install 'eat[ray]').")
+_RAY_ADDRESS = typer.Option(None, "--ray-address", help="A running Ray cluster (default with "
+                            "--executor ray: a local instance on loopback).")
 
 
 @app.command()
@@ -189,6 +193,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
                                        "http://127.0.0.1:8000/v1."),
           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
           max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS,
+          executor: str = _EXECUTOR, ray_address: str = _RAY_ADDRESS,
           seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
           config: Path = typer.Option(None, "--config",
                                       help="TOML file of run settings (default: ./eat.toml if "
@@ -200,7 +205,8 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
     flags = {k: v for k, v in [("model", model), ("seed", seed), ("max_evals", max_evals),
                                ("max_time_s", max_time), ("max_cost_usd", max_cost),
                                ("api_base", api_base), ("supervisor_model", supervisor_model),
-                               ("max_llm_calls", max_llm_calls), ("workers", workers)]
+                               ("max_llm_calls", max_llm_calls), ("workers", workers),
+                               ("executor", executor), ("ray_address", ray_address)]
              if v is not None}
     options = settings_file(config) | flags
     shown = make_config(target=str(target), **options)
@@ -212,7 +218,8 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
 @_reports_errors
 def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
            max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
-           max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS):
+           max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS,
+           executor: str = _EXECUTOR, ray_address: str = _RAY_ADDRESS):
     """Continue a stopped or crashed run; budgets are totals for the run, not increments."""
     from eat.run import resume_run
     from eat.workspace import Workspace
@@ -223,7 +230,8 @@ def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the r
                        **{k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
                                             ("max_cost_usd", max_cost),
                                             ("max_llm_calls", max_llm_calls),
-                                            ("workers", workers)] if v is not None})
+                                            ("workers", workers), ("executor", executor),
+                                            ("ray_address", ray_address)] if v is not None})
 
 
 @app.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -94,6 +95,13 @@ class RunConfig(BaseModel):
                                 "build, verification) running at once, one per team; timing "
                                 "still takes one slot per device. None: one fewer than the "
                                 "machine's cores, at least 1.")
+    executor: Literal["local", "ray"] = Field("local", description="Where builds, "
+                                              "verification and timing run: this process's "
+                                              "children, or a Ray actor (pip install "
+                                              "'eat[ray]'), on this machine or a cluster.")
+    ray_address: str | None = Field(None, description="A running Ray cluster to use with "
+                                    "executor 'ray'; None: a local Ray instance on loopback, "
+                                    "started and ended with the run.")
     supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
                             "False keeps the starting teams as they are (a baseline to compare "
                             "the supervisor against).")

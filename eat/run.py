@@ -30,14 +30,31 @@ def default_workspace(target: Target) -> Path:
     return Path("workspaces") / f"{target.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _runner_for(target: Target, runner: Runner | None) -> Runner:
+def _runner_for(target: Target, given: Runner | None, config: RunConfig) -> Runner:
+    """The runner given (tests, benchmarks), else the target's: here, or in a Ray actor."""
+    runner = given
     if runner is None:
         from eat.doctor import load_peaks
-        runner = runner_for(target, peaks=load_peaks(target.runner))
+        peaks = load_peaks(target.runner)
+        if config.executor == "ray":
+            from eat.executors.local import default_workers
+            from eat.executors.ray import RayRunner
+            runner = RayRunner(target, config.workers or default_workers(), config.ray_address,
+                               peaks=peaks)
+        else:
+            runner = runner_for(target, peaks=peaks)
     why = runner.unavailable(target)
     if why:
+        if given is None:
+            _close(runner)
         raise RunnerUnavailable(f"{target.name} needs the {target.runner} runner: {why}")
     return runner
+
+
+def _close(runner: Runner) -> None:
+    """Let a runner that holds processes (a Ray actor) end them with the run."""
+    if hasattr(runner, "close"):
+        runner.close()
 
 
 def _make_agent_factory(config: RunConfig, target: Target, presets: dict):
@@ -105,13 +122,17 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
         if name not in presets:
             raise BadInput(f"team preset {name!r} not found (have: {', '.join(presets)})")
     make_agent = make_agent or _make_agent_factory(config, target, presets)
-    runner = _runner_for(target, runner)
-    ws = Workspace.create(workspace or default_workspace(target), config)
-    with ws.lock():
-        ctx = _context(ws, config, target, presets, make_agent, runner, ws.load(),
-                       eval_config=eval_config, on_event=on_event, sleep=sleep)
-        _begin(ctx)
-        return ws.paths.root, _loop(ctx)
+    owned, runner = runner is None, _runner_for(target, runner, config)
+    try:
+        ws = Workspace.create(workspace or default_workspace(target), config)
+        with ws.lock():
+            ctx = _context(ws, config, target, presets, make_agent, runner, ws.load(),
+                           eval_config=eval_config, on_event=on_event, sleep=sleep)
+            _begin(ctx)
+            return ws.paths.root, _loop(ctx)
+    finally:
+        if owned:  # a runner the caller gave is the caller's to end
+            _close(runner)
 
 
 def _context(ws: Workspace, config: RunConfig, target: Target, presets: dict, make_agent,
@@ -158,22 +179,27 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
         target = load_target(config.target)
         presets = load_presets()
         make_agent = _make_agent_factory(config, target, presets)
-        runner = _runner_for(target, runner)
         events = ws.load()
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
-        ctx = _context(ws, config, target, presets, make_agent, runner, events,
-                       eval_config=eval_config, on_event=on_event, sleep=sleep)
-        # EVOLUTION.md anew (a crash may have cut it short); what follows appends to it.
-        ws.render_evolution(events)
-        recovered = _recover(ctx)
-        if ctx.state.evaluations == 0:
-            _begin(ctx)  # in case `eat start` died before it had recorded its teams
-        ctx.record(RunResumed(recovered=recovered))
-        if ctx.state.best:
-            ws.set_best(ctx.state.best.team, ctx.state.best.cid)
-        ws.commit("run resumed" + (f", recovered {', '.join(recovered)}" if recovered else ""))
-        return ws.paths.root, _loop(ctx)
+        owned, runner = runner is None, _runner_for(target, runner, config)
+        try:
+            ctx = _context(ws, config, target, presets, make_agent, runner, events,
+                           eval_config=eval_config, on_event=on_event, sleep=sleep)
+            # EVOLUTION.md anew (a crash may have cut it short); what follows appends to it.
+            ws.render_evolution(events)
+            recovered = _recover(ctx)
+            if ctx.state.evaluations == 0:
+                _begin(ctx)  # in case `eat start` died before it had recorded its teams
+            ctx.record(RunResumed(recovered=recovered))
+            if ctx.state.best:
+                ws.set_best(ctx.state.best.team, ctx.state.best.cid)
+            ws.commit("run resumed" + (f", recovered {', '.join(recovered)}"
+                                       if recovered else ""))
+            return ws.paths.root, _loop(ctx)
+        finally:
+            if owned:
+                _close(runner)
 
 
 def _recover(ctx: RunContext) -> list[str]:

@@ -1,0 +1,55 @@
+"""The Ray executor (eat/executors/ray.py) on a real local Ray instance on 127.0.0.1.
+
+Real: Ray (started by the run on loopback, ended with it), the CPU runner in a Ray actor, gcc,
+the harness processes, the loop. Nothing is faked.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from eat.errors import BadInput
+from eat.run import run_status, start_run
+from eat.target import EvalConfig
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = EvalConfig(seeds=1, warmup=1, min_repeats=3, max_repeats=5, budget_s=0.1)
+
+
+def _ray_processes() -> list[str]:
+    """Command lines of Ray's own daemons alive on this machine."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "raylet" in cmd or "gcs_server" in cmd:
+                found.append(cmd[:120])
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_on_the_ray_executor_evaluates_in_an_actor_and_leaves_nothing_behind(tmp_path):
+    before = _ray_processes()
+    ws, stop = start_run(ROOT / "examples" / "cpu_matmul", tmp_path / "ws", executor="ray",
+                         workers=2, max_evals=4, eval_config=QUICK)
+    assert stop.code == "max_evals"
+    st = run_status(ws)
+    assert st["evaluations"] == 4 and st["best_speedup"] > 0
+    assert not ray.is_initialized()
+    assert _ray_processes() == before
+
+
+def test_the_ray_executor_without_ray_says_how_to_get_it(monkeypatch):
+    from eat.executors import ray as ray_executor
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    with pytest.raises(BadInput, match=r"pip install 'eat\[ray\]'"):
+        ray_executor._ray()
