@@ -53,3 +53,44 @@ def test_the_ray_executor_without_ray_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
     with pytest.raises(BadInput, match=r"pip install 'eat\[ray\]'"):
         ray_executor._ray()
+
+
+@pytest.mark.slow
+def test_a_killed_run_leaves_ray_processes_the_next_ray_run_ends(tmp_path):
+    """kill -9 of eat mid-run: a local instance's agents outlive it (seen on Ray 2.60); the run
+    wrote its Ray processes down, and the next Ray run's start ends every one still alive."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from eat.executors.ray import _proc_start, end_leftovers
+
+    cache = tmp_path / "cache"
+    env = os.environ | {"EAT_CACHE_DIR": str(cache)}
+    run = subprocess.Popen([sys.executable, "-m", "eat", "start", str(ROOT / "examples" /
+                            "cpu_matmul"), "-w", str(tmp_path / "ws"), "--executor", "ray",
+                            "--max-evals", "60"], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    record = cache / "ray-runs" / f"{run.pid}.json"
+    deadline = time.monotonic() + 240
+    while not record.exists() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.5)
+    assert record.exists(), "the run did not write down its Ray processes"
+    procs = json.loads(record.read_text())["procs"]
+    assert procs
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    end_leftovers(cache / "ray-runs")
+    time.sleep(0.5)  # SIGKILL is delivered at once; the reaping is not ours to wait for
+
+    def running(pid: str, start: str) -> bool:  # alive, and not a zombie awaiting its reaper
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+        except OSError:
+            return False
+        return _proc_start(int(pid)) == start and state != "Z"
+
+    assert [p for p, start in procs.items() if running(p, start)] == []
+    assert not record.exists()

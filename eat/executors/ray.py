@@ -14,11 +14,14 @@ imported only here, only when `--executor ray` asks for it.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from eat.cache import cache_dir
 from eat.errors import BadInput, RunnerUnavailable
 from eat.runners.base import Evaluation, Runner, get_runner
 from eat.target import EvalConfig, Target
@@ -77,6 +80,8 @@ class RayRunner:
             raise RunnerUnavailable(f"Ray placed no {target.runner} evaluator within "
                                     f"{READY_S:g} s (does a node have a GPU?)")
         self._why = ray.get(ready[0])
+        if self.started and not address:
+            self._leftovers = _record_local_instance()
 
     def unavailable(self, target: Target | None = None) -> str | None:
         return self._why
@@ -98,3 +103,71 @@ class RayRunner:
         self.ray.kill(self.actor)
         if self.started:
             self.ray.shutdown()
+            if getattr(self, "_leftovers", None):
+                self._leftovers.unlink(missing_ok=True)
+
+
+# -- what a killed run leaves ----------------------------------------------------------------
+# A kill -9 of eat takes a local instance's raylet and GCS with it, but not the agents the
+# raylet started. Each run that starts a local instance writes down its processes; the next
+# one ends those of runs that are gone (a resume after a crash, or any later Ray run).
+
+def _proc_start(pid: int) -> str | None:
+    """The process's start time (its identity: a PID is reused, a start time with it is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()[19]
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(
+                int(d.name))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _record_local_instance() -> Path:
+    """Write down this process's Ray processes; end those a killed earlier run left."""
+    folder = cache_dir() / "ray-runs"
+    folder.mkdir(exist_ok=True)
+    end_leftovers(folder)
+    me = os.getpid()
+    procs = {pid: _proc_start(pid) for pid in _descendants(me)}
+    record = folder / f"{me}.json"
+    record.write_text(json.dumps({"pid": me, "start": _proc_start(me),
+                                  "procs": {str(p): s for p, s in procs.items() if s}}))
+    return record
+
+
+def end_leftovers(folder: Path) -> list[int]:
+    """Kill the recorded Ray processes of runs no longer alive; the PIDs killed."""
+    killed = []
+    for record in folder.glob("*.json"):
+        try:
+            run = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if _proc_start(run["pid"]) == run["start"]:
+            continue  # that run is still going
+        for pid, start in run["procs"].items():
+            if _proc_start(int(pid)) == start:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(int(pid))
+                except OSError:
+                    pass
+        record.unlink(missing_ok=True)
+    return killed
