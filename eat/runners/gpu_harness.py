@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from eat.runners.gpurt import GpuError, Runtime
-from eat.runners.harness import (Outcome, Workload, _bind, call_args, implementations,
-                                 load_vendor, serve, time_all, verify)
+from eat.runners.harness import (Outcome, Workload, _bind, call_args, load_vendor, serve,
+                                 time_native, verify)
 from eat.runners.verify import poison_byte
 
 
@@ -135,8 +135,7 @@ def _check(job: dict, state: tuple) -> dict:
     try:
         if job["mode"] == "verify":
             return verify(job, workloads, fn)
-        res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), timer)
-        return res | ({"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
+        return time_native(job, workloads, fn, base_fn, vendor_fn, timer)
     except GpuError as e:
         # Raised after candidate code ran (a fault is sticky: every later call reports it).
         raise Outcome("crash", f"{rt.api} error after the candidate's call: {e}") from None

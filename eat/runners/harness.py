@@ -6,14 +6,13 @@ ran (inputs.py), and writes one result line, tagged with the job's nonce, to a p
 stdout. Timed calls take fresh sets: no call works on inputs the candidate saw before.
 Only numpy and the standard library are imported here: this runs once per check. The GPU
 harness (gpu_harness.py) is this one with device buffers: it reuses serve, Workload, verify and
-time_all, overriding how a call is made, waited for and timed.
+time_native, overriding how a call is made, waited for and timed.
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
-import importlib.util
 import json
 import os
 import sys
@@ -24,7 +23,7 @@ from functools import partial
 import numpy as np
 
 from eat.runners.cabi import C_TYPES
-from eat.runners.inputs import SetChanged, SetFiles, set_index
+from eat.runners.inputs import SetChanged, SetFiles, load_py, set_index
 from eat.runners.sandbox import lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
@@ -38,13 +37,6 @@ class Outcome(Exception):
     def __init__(self, status: str, message: str, **detail):
         super().__init__(message)
         self.status, self.message, self.detail = status, message, detail
-
-
-def _load_py(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(f"eat_target_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
@@ -212,7 +204,7 @@ def load_vendor(job: dict):
     """The vendor function, or a string saying why it cannot be had here (torch missing, say):
     the vendor is then not timed, and the candidate is judged without it."""
     try:
-        return getattr(_load_py(job["vendor"]["file"], "vendor"), job["vendor"]["function"])
+        return getattr(load_py(job["vendor"]["file"], "vendor"), job["vendor"]["function"])
     except Exception as e:
         return f"the vendor could not be loaded: {type(e).__name__}: {e}"[:300]
 
@@ -225,6 +217,13 @@ def implementations(fn, base_fn, vendor_fn) -> dict:
     if callable(vendor_fn):
         impls["vendor"] = lambda w: partial(vendor_fn, **w.vendor_args)
     return impls
+
+
+def time_native(job: dict, workloads: list[Workload], fn, base_fn, vendor_fn, timer) -> dict:
+    """time_all over the candidate, baseline and vendor of a native job; a vendor that could
+    not be loaded (load_vendor's string) is reported as `vendor_error`."""
+    res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), timer)
+    return res | ({"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
 
 
 def time_all(job: dict, workloads: list[Workload], impls: dict, timer,
@@ -345,8 +344,7 @@ def _check(job: dict, state: tuple) -> dict:
     if job["mode"] == "verify":
         return verify(job, workloads, fn)
     flush = job.get("flush_bytes", 64 << 20) if job["config"]["flush_cache"] else None
-    res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), HostTimer(flush))
-    return res | ({"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
+    return time_native(job, workloads, fn, base_fn, vendor_fn, HostTimer(flush))
 
 
 def main() -> None:

@@ -46,7 +46,8 @@ def set_index(r: int, warmup: int, pool: int) -> int:
 
 # -- making sets (the child) -----------------------------------------------------------------
 
-def _load_py(path: str, name: str):
+def load_py(path: str, name: str):
+    """A target's Python file (reference, vendor, a Python candidate) as a fresh module."""
     spec = importlib.util.spec_from_file_location(f"eat_target_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -117,7 +118,7 @@ def prepare_job(job: dict) -> dict:
     "time": [...]}]}. Runs where no candidate ever ran."""
     folder = Path(job["dir"])
     folder.mkdir(parents=True, exist_ok=True)
-    ref_mod = _load_py(job["reference"]["file"], "reference")
+    ref_mod = load_py(job["reference"]["file"], "reference")
     cfg, out = job["config"], []
     for wi, w in enumerate(job["workloads"]):
         pool = pool_size(set_bytes(job, w), cfg["warmup"], cfg["max_repeats"], cfg["pool_mb"])

@@ -19,8 +19,8 @@ from itertools import count as count_from
 
 import numpy as np
 
-from eat.runners.harness import Outcome, _load_py, serve, time_all, verify
-from eat.runners.inputs import TIMED_SEED0, pool_size
+from eat.runners.harness import Outcome, serve, time_all, verify
+from eat.runners.inputs import TIMED_SEED0, load_py, pool_size
 from eat.runners.verify import compare, poison
 
 
@@ -331,7 +331,7 @@ class Case:
 
 def _load_candidate(path: str, job: dict):
     try:
-        mod = _load_py(path, "candidate")
+        mod = load_py(path, "candidate")
     except Exception as e:
         raise Outcome("compile_error", f"importing the candidate failed: "
                       f"{type(e).__name__}: {e}"[:300]) from None
@@ -344,9 +344,9 @@ def _setup(job: dict) -> tuple:
     if job.get("cpu") is not None:
         os.sched_setaffinity(0, {job["cpu"]})
     be = (MlxBackend if job["framework"] == "mlx" else TorchBackend)(job["device"])
-    ref_mod = _load_py(job["reference"]["file"], "reference")
+    ref_mod = load_py(job["reference"]["file"], "reference")
     cases = [Case(job, params, be, ref_mod) for params in job["workloads"]]
-    base_mod = _load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
+    base_mod = load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
     return cases, base_mod
 
 
