@@ -112,25 +112,26 @@ class RayRunner:
 # raylet started. Each run that starts a local instance writes down its processes; the next
 # one ends those of runs that are gone (a resume after a crash, or any later Ray run).
 
-def _proc_start(pid: int) -> str | None:
-    """The process's start time (its identity: a PID is reused, a start time with it is not)."""
+def _stat(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state, ppid, ...); None: no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat[stat.rindex(")") + 2:].split()[19]
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _proc_start(pid: int) -> str | None:
+    """The process's start time (its identity: a PID is reused, a start time with it is not)."""
+    fields = _stat(pid)
+    return fields[19] if fields else None
 
 
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(
-                int(d.name))
+        if d.name.isdigit() and (fields := _stat(d.name)):
+            children.setdefault(int(fields[1]), []).append(int(d.name))
     out, todo = [], [root]
     while todo:
         for c in children.get(todo.pop(), []):

@@ -132,10 +132,10 @@ class NativeRunner(ABC):
             src.write_text(source)
             t0 = time.monotonic()
             cached = builds_dir() / f"cand-{self._build_key(target, source, flags)}"
-            if cached.with_suffix(".so").exists():  # the same source, flags and compiler
-                shutil.copyfile(cached.with_suffix(".so"), src.with_suffix(".so"))
-                compile_log = cached.with_suffix(".log").read_text() \
-                    if cached.with_suffix(".log").exists() else ""
+            kept, kept_log = cached.with_suffix(".so"), cached.with_suffix(".log")
+            if kept.exists():  # the same source, flags and compiler
+                shutil.copyfile(kept, src.with_suffix(".so"))
+                compile_log = kept_log.read_text() if kept_log.exists() else ""
             else:
                 built = self._compile(target, src, flags, cfg)
                 if built.returncode != 0 or built.timed_out:
@@ -145,10 +145,10 @@ class NativeRunner(ABC):
                                       durations=durations | {
                                           "compile_s": time.monotonic() - t0}, **ev)
                 compile_log = built.stderr
-                cached.with_suffix(".log").write_text(compile_log)
+                kept_log.write_text(compile_log)
                 part = cached.with_suffix(f".{os.getpid()}-{threading.get_ident()}.part")  # atomic
                 shutil.copyfile(src.with_suffix(".so"), part)
-                os.replace(part, cached.with_suffix(".so"))
+                os.replace(part, kept)
             durations["compile_s"] = time.monotonic() - t0
             baseline_lib = self._baseline_lib(target, cfg)
             job = self._job(target, cfg, tmp / "candidate.so")
@@ -264,7 +264,8 @@ class NativeRunner(ABC):
         return job | {"sets": self._input_sets(target, job)} | self.job_extra("verify")
 
     def _input_sets(self, target: Target, job: dict) -> dict:
-        """Where this target's input sets are and their hashes; made by a child on first use."""
+        """Where this target's input sets are and their fingerprints; made by a child on first
+        use."""
         ref_text = Path(job["reference"]["file"]).read_text()
         key = hashlib.sha256(json.dumps([inputs.VERSION, importlib.metadata.version("numpy"),
                                          ref_text, job["reference"], job["args"],
@@ -304,7 +305,7 @@ class NativeRunner(ABC):
 
 RACE_MARGIN = 2.0  # a workload's candidate this many times slower than the best is timed out
 
-# Input sets' manifests, per folder and pool sizes: made (and hashed) once per process.
+# Input sets' manifests, per folder and pool sizes: made (and fingerprinted) once per process.
 _SETS: dict[tuple[Path, tuple], dict] = {}
 _SETS_LOCK = threading.Lock()
 
