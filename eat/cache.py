@@ -31,6 +31,13 @@ def inputs_dir() -> Path:
     return path
 
 
+def anchors_dir() -> Path:
+    """Baseline and vendor latencies measured together, per target and device (native.Anchor)."""
+    path = cache_dir() / "anchors"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def doctor_file() -> Path:
     """What `eat doctor` measured on this machine."""
     return cache_dir() / "doctor.json"

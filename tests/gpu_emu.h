@@ -9,6 +9,7 @@
  * `emu_launch(grid, block, k, args)`. Not emulated: timing, memory spaces, warps that shuffle
  * while others do not (a round whose threads stop at different kinds of barrier aborts).
  */
+#pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -67,6 +68,14 @@ inline float __shfl_xor(float v, int offset, int = 64) { return emu_shfl_xor(v, 
 
 inline int min(int a, int b) { return a < b ? a : b; }
 
+/* Threads are coroutines on one host thread: nothing runs between a read and its write. */
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
+{
+    const unsigned long long was = *p;
+    *p += v;
+    return was;
+}
+
 inline void emu_start()
 {
     emu_body();
@@ -120,3 +129,7 @@ void emu_launch(dim3 grid, dim3 block, void (*kernel)(Params...), Args... args)
         }
     }
 }
+
+/* How eat/runners/device_check.cu launches when built for the emulator (tests/fake_gpu's
+ * fake-gpucc includes this header for it). */
+#define EAT_LAUNCH(kernel, grid, block, ...) emu_launch(dim3(grid), dim3(block), kernel, __VA_ARGS__)

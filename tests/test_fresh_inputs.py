@@ -111,6 +111,30 @@ def test_the_slow_baseline_is_timed_once_then_scaled_from_the_vendor():
     assert any("scaled" not in ev.detail for ev in later)
 
 
+def test_the_anchor_outlives_the_runner_and_is_dropped_when_the_vendor_changes(tmp_path):
+    """`eat eval` is one evaluation per process: a second runner (another process, as far as
+    the anchor knows) finds the ratio the first measured in the cache and times only the
+    anchor; an edit of the vendor's file measures both again."""
+    kit = tmp_path / "matmul"
+    shutil.copytree(ROOT / "examples" / "cpu_matmul", kit)
+    target = load_target(kit)
+    source = target.baseline_source()
+    assert "scaled" not in CpuRunner().evaluate(target, source, config=QUICK).detail
+    assert "scaled" in CpuRunner().evaluate(target, source, config=QUICK).detail
+    vendor = kit / target.vendor.file
+    vendor.write_text(vendor.read_text() + "\n# edited\n")
+    assert "scaled" not in CpuRunner().evaluate(target, source, config=QUICK).detail
+
+
+def test_the_anchor_counts_what_loading_the_vendor_costs():
+    """A vendor whose calls are cheaper but whose loading (torch's import, say) costs more than
+    the baseline's calls would take is not the anchor."""
+    timed = [{"baseline": {"median_s": 1e-3, "iqr_s": 0.0, "n": 30},
+              "vendor": {"median_s": 1e-5, "iqr_s": 0.0, "n": 30}}] * 4
+    assert native.Anchor.measure(timed, 32, vendor_load_s=0.0).kind == "vendor"
+    assert native.Anchor.measure(timed, 32, vendor_load_s=3.0).kind == "baseline"
+
+
 def test_a_vendor_that_cannot_load_is_left_out(tmp_path):
     """A vendor whose module fails to import (torch missing, say) is not timed; the candidate
     is still judged and timed against the baseline, and the evaluation says why."""

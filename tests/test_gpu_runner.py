@@ -384,3 +384,45 @@ def test_eval_on_a_cuda_target_without_a_gpu_exits_2_with_one_line():
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "cuda" in lines[0], done.stderr
     assert done.stdout == ""
+
+
+# -- the harness's device checks ----------------------------------------------------------------
+
+def test_device_checks_agree_with_the_host_comparison(fake_rt, runner, target, tmp_path):
+    """device_check.cu's kernels, as the runner builds them (here by fake-gpucc, which runs
+    them on the CPU through tests/gpu_emu.h), pass exactly what verify.py's comparison passes
+    on its fast path, and count changed bytes to the last one."""
+    from eat.runners.gpu_harness import DeviceChecks
+    from eat.runners.verify import _close_fast
+
+    lib = runner.support_libs(target, QUICK)["check_lib"]
+    checks = DeviceChecks(lib, Runtime("cuda", fake_rt))  # "device" pointers are host memory
+    rng = np.random.default_rng(0)
+    rtol, atol = 1e-4, 1e-6
+    for dtype in (np.float32, np.float64):
+        ref = (rng.standard_normal(3001) * 100).astype(dtype)
+        slack = atol + rtol * float(np.abs(ref).mean(dtype=np.float64))
+        bound = np.abs(ref) * dtype(rtol) + dtype(slack)
+        cases = {"equal": ref.copy(), "within": ref + bound * dtype(0.999),
+                 "at the bound": ref + bound}
+        off = ref.copy()
+        off[[3, 1000, 3000]] += dtype(1.0)
+        nan = ref.copy()
+        nan[7] = np.nan
+        inf = ref.copy()
+        inf[9] = np.inf
+        cases |= {"three off": off, "a NaN": nan, "an Inf": inf}
+        for name, out in cases.items():
+            out = np.ascontiguousarray(out, dtype=dtype)
+            far = checks.far(out.ctypes.data, ref.ctypes.data, out.size, out.dtype, rtol, slack)
+            assert (far == 0) == _close_fast(out, ref, rtol, atol), (dtype, name, far)
+        assert checks.far(off.ctypes.data, ref.ctypes.data, off.size, off.dtype, rtol,
+                          slack) == 3
+    ints = np.arange(10, dtype=np.int32)
+    assert checks.far(ints.ctypes.data, ints.ctypes.data, 10, ints.dtype, rtol, atol) is None
+    a = rng.integers(0, 255, 4099, dtype=np.uint8)
+    for changed in ([], [0], [4098], [5, 6, 7, 4097]):
+        b = a.copy()
+        b[changed] ^= 1
+        words = len({i // 4 for i in changed if i < 4096}) + len([i for i in changed if i >= 4096])
+        assert checks.differ(a.ctypes.data, b.ctypes.data, a.nbytes) == words

@@ -62,6 +62,7 @@ _NVCC_OK = re.compile(
 # hipcc is clang: the C compiler's allow-list (and deny-list), with C++ standards.
 _HIPCC_OK = re.compile(CC_FLAG_OK.pattern + r"|-std=(c|gnu)\+\+\w+")
 _PROBE_S = 60.0
+_CHECK_SOURCE = Path(__file__).with_name("device_check.cu")
 
 
 class GpuRunner(NativeRunner):
@@ -146,6 +147,13 @@ class GpuRunner(NativeRunner):
     def harness_limits(self, cfg: EvalConfig) -> sandbox.Limits:
         return sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s, address_space_bytes=None,
                               data_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
+
+    def support_libs(self, target: Target, cfg: EvalConfig) -> dict:
+        # The harness's device-side checks (device_check.cu), for this device's arch.
+        flags = ["-O3", "-fmad=false"] if self.name == "cuda" else ["-O3", "-ffp-contract=off"]
+        return {"check_lib": str(self._kept_lib(
+            target, cfg, f"device-check-{self.name}", _CHECK_SOURCE.read_text(), flags,
+            "eat's device checks (device_check.cu) do not build"))}
 
     def job_extra(self, mode: str) -> dict:
         info = self._info()

@@ -35,7 +35,8 @@ _CC_ATTRIBUTES = (75, 76)
 # fixed place; HIP's gcnArchName ("gfx942:sramecc+:xnack-") is found by its form.
 _PROPERTIES = ("GetDeviceProperties_v2", "GetDevicePropertiesR0600", "GetDeviceProperties")
 _GCN_ARCH = re.compile(rb"(?<![!-~])(gfx[0-9a-f]{3,4})((?::[A-Za-z0-9+-]+)*)\0")
-_H2D, _D2H = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost (hip's are the same)
+# cudaMemcpyHostToDevice, DeviceToHost, DeviceToDevice (hip's are the same)
+_H2D, _D2H, _D2D = 1, 2, 3
 PROBE_TAG = "EAT-GPU-PROBE "
 
 _P, _I, _S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
@@ -159,6 +160,9 @@ class Runtime:
 
     def to_host(self, host, ptr: int) -> None:
         self.call("Memcpy", host.ctypes.data, ptr, host.nbytes, _D2H)
+
+    def copy_on_device(self, dst: int, src: int, nbytes: int) -> None:
+        self.call("Memcpy", dst, src, nbytes, _D2D)
 
     def memset(self, ptr: int, byte: int, nbytes: int) -> None:
         self.call("Memset", ptr, byte, nbytes)

@@ -48,7 +48,23 @@ def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
     return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
-class Workload:
+class Snapshots:
+    """Whether outputs change after a call returned, from read_outputs(); the GPU harness keeps
+    its snapshot on the device instead."""
+
+    def snapshot(self):
+        """The outputs as they are now, to hand to changed() later."""
+        return self.read_outputs()
+
+    def changed(self, snapshot) -> str | None:
+        """The key of an output that differs from `snapshot` now, if any."""
+        for k, out in self.read_outputs().items():
+            if not np.array_equal(out, snapshot[k], equal_nan=True):
+                return k
+        return None
+
+
+class Workload(Snapshots):
     """One workload: its input sets with expected outputs (inputs.py), and one set of buffers.
 
     `sets` are the verification seeds in a verify job and the timed pool in a time job. Every
@@ -105,8 +121,11 @@ class Workload:
                 raise Outcome("rejected", f"the candidate modified its input {k} ({when}, "
                               f"{self.label})", workload=self.params)
 
-    def check_outputs(self, i: int, tol: dict, when: str) -> None:
-        for k, out in self.outputs.items():
+    def check_outputs(self, i: int, tol: dict, when: str, keys=None) -> None:
+        """Raise an Outcome unless the outputs (those named in `keys`, else all) match set
+        `i`'s expected ones."""
+        for k in keys or self.outputs:
+            out = self.outputs[k]
             bad: Mismatch | None = compare(out, self.sets[i]["expected"][k], tol["rtol"],
                                            tol["atol"])
             if bad:
@@ -139,15 +158,13 @@ def verify(job: dict, workloads: list[Workload], fn) -> dict:
         for seed in range(len(w.sets)):
             w.load(seed)
             took = w.call(fn)
-            snapshot = w.read_outputs()
+            snapshot = w.snapshot()
             w.check_inputs(seed, f"seed {seed}")
             # Work finishing after the call returned (a detached thread) shows up as a change.
             time.sleep(min(0.02, max(0.002, 2 * took)))
-            for k, out in w.read_outputs().items():
-                if not np.array_equal(out, snapshot[k], equal_nan=True):
-                    raise Outcome("rejected", f"{w.output_label(k)} kept changing after the call "
-                                  f"returned ({w.label}): work escaped the call",
-                                  workload=w.params)
+            if (k := w.changed(snapshot)) is not None:
+                raise Outcome("rejected", f"{w.output_label(k)} kept changing after the call "
+                              f"returned ({w.label}): work escaped the call", workload=w.params)
             w.check_inputs(seed, f"seed {seed}, after return")
             w.check_outputs(seed, tol, f"seed {seed}")
     return {"status": "ok", "message": "verified"}
@@ -200,13 +217,16 @@ class HostTimer:
         return (time.perf_counter_ns() - t0) / 1e9
 
 
-def load_vendor(job: dict):
-    """The vendor function, or a string saying why it cannot be had here (torch missing, say):
-    the vendor is then not timed, and the candidate is judged without it."""
+def load_vendor(job: dict) -> tuple:
+    """(the vendor function, seconds its loading took), or instead of the function a string
+    saying why it cannot be had here (torch missing, say): the vendor is then not timed, and the
+    candidate is judged without it."""
+    t0 = time.perf_counter()
     try:
-        return getattr(load_py(job["vendor"]["file"], "vendor"), job["vendor"]["function"])
+        fn = getattr(load_py(job["vendor"]["file"], "vendor"), job["vendor"]["function"])
     except Exception as e:
-        return f"the vendor could not be loaded: {type(e).__name__}: {e}"[:300]
+        fn = f"the vendor could not be loaded: {type(e).__name__}: {e}"[:300]
+    return fn, time.perf_counter() - t0
 
 
 def implementations(fn, base_fn, vendor_fn) -> dict:
@@ -219,11 +239,14 @@ def implementations(fn, base_fn, vendor_fn) -> dict:
     return impls
 
 
-def time_native(job: dict, workloads: list[Workload], fn, base_fn, vendor_fn, timer) -> dict:
-    """time_all over the candidate, baseline and vendor of a native job; a vendor that could
-    not be loaded (load_vendor's string) is reported as `vendor_error`."""
+def time_native(job: dict, workloads: list[Workload], fn, base_fn, vendor, timer) -> dict:
+    """time_all over the candidate, baseline and vendor (load_vendor's pair, or None) of a
+    native job; a vendor that could not be loaded is reported as `vendor_error`, the seconds
+    its loading took as `vendor_load_s`."""
+    vendor_fn, load_s = vendor or (None, 0.0)
     res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), timer)
-    return res | ({"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
+    return res | {"vendor_load_s": load_s} | (
+        {"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
 
 
 def time_all(job: dict, workloads: list[Workload], impls: dict, timer,
@@ -326,25 +349,25 @@ def serve(setup, check) -> None:
 
 def _setup(job: dict) -> tuple:
     workloads = [Workload(job, i) for i in range(len(job["workloads"]))]
-    base_fn = vendor_fn = None
+    base_fn = vendor = None
     if job["mode"] == "time":
         if job.get("cpu") is not None:
             os.sched_setaffinity(0, {job["cpu"]})
         if job.get("baseline_lib"):
             base_fn = _bind(job["baseline_lib"], job)
         if job.get("vendor"):
-            vendor_fn = load_vendor(job)
-    return workloads, base_fn, vendor_fn
+            vendor = load_vendor(job)
+    return workloads, base_fn, vendor
 
 
 def _check(job: dict, state: tuple) -> dict:
-    workloads, base_fn, vendor_fn = state
+    workloads, base_fn, vendor = state
     fn = _bind(job["candidate_lib"], job)
     gc.disable()
     if job["mode"] == "verify":
         return verify(job, workloads, fn)
     flush = job.get("flush_bytes", 64 << 20) if job["config"]["flush_cache"] else None
-    return time_native(job, workloads, fn, base_fn, vendor_fn, HostTimer(flush))
+    return time_native(job, workloads, fn, base_fn, vendor, HostTimer(flush))
 
 
 def main() -> None:

@@ -160,16 +160,17 @@ class SetFiles:
         if i not in self._loaded:
             name, want = self.entries[i]
             path = self.folder / name
-            data = path.read_bytes()
+            s = {"inputs": {}, "expected": {}}
+            # Read straight into the arrays (numpy reads a real file without a staging copy);
+            # the fingerprint, taken after, says whether what was read is what was made.
+            with open(path, "rb") as f:
+                for key in json.loads(f.readline()):
+                    kind, name_ = key.split(".", 1)
+                    s["inputs" if kind == "in" else "expected"][name_] = \
+                        np.lib.format.read_array(f, allow_pickle=False)
             if fingerprint(path) != want:
                 raise SetChanged(f"input set {path} changed on disk after it was made; "
                                  f"delete {self.folder} to make the sets again")
-            f = io.BytesIO(data)
-            s = {"inputs": {}, "expected": {}}
-            for key in json.loads(f.readline()):
-                kind, name_ = key.split(".", 1)
-                s["inputs" if kind == "in" else "expected"][name_] = \
-                    np.lib.format.read_array(f, allow_pickle=False)
             while len(self._loaded) >= self.keep:
                 self._loaded.pop(next(iter(self._loaded)))
             self._loaded[i] = s

@@ -21,11 +21,11 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eat.cache import builds_dir, device_lock, inputs_dir
+from eat.cache import anchors_dir, builds_dir, device_lock, inputs_dir
 from eat.runners import inputs, sandbox
 from eat.runners.base import (Evaluation, HarnessError, Peaks, eat_pythonpath, read_result,
                               source_hash, summarize)
@@ -159,8 +159,8 @@ class NativeRunner(ABC):
                 return Evaluation(status=res["status"], message=res["message"],
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
-            anchor_key = f"{baseline_lib}\0{cfg.model_dump_json()}"
-            anchor = self._anchors.get(anchor_key) if target.vendor else None
+            anchor_key = self._anchor_key(target, cfg, baseline_lib)
+            anchor = Anchor.load(anchor_key) if target.vendor else None
             timed = {anchor.kind} if anchor else {"baseline", "vendor"}
             race_kind = anchor.kind if anchor else "vendor" if target.vendor else "baseline"
             best = self._best.get(anchor_key, {}).get(race_kind)
@@ -189,10 +189,10 @@ class NativeRunner(ABC):
                 detail["vendor_error"] = res["vendor_error"]
             if anchor and all(anchor.kind in t for t in res["workloads"]):
                 detail["scaled"] = anchor.apply(res["workloads"])
-                if anchor.stale:
-                    self._anchors.pop(anchor_key, None)  # another turn may have dropped it
+                anchor.save(anchor_key)
             elif all("baseline" in t and "vendor" in t for t in res["workloads"]):
-                self._anchors[anchor_key] = Anchor.measure(res["workloads"])
+                Anchor.measure(res["workloads"], cfg.warmup + cfg.min_repeats,
+                               res.get("vendor_load_s", 0.0)).save(anchor_key)
             summary = summarize(target, res["workloads"], self.peaks)
             return Evaluation(status="ok", message="verified and timed", compile_log=compile_log,
                               stderr=run.stderr, durations=durations, detail=detail,
@@ -200,9 +200,12 @@ class NativeRunner(ABC):
 
     # -- pieces ------------------------------------------------------------------------------
 
-    @property
-    def _anchors(self) -> dict[str, Anchor]:
-        return self.__dict__.setdefault("_anchor_table", {})
+    def _anchor_key(self, target: Target, cfg: EvalConfig, baseline_lib: Path) -> str:
+        """What an anchor holds for: the baseline build (its key names the device), the
+        vendor's source, the timing settings."""
+        vendor = target.path(target.vendor.file).read_text() if target.vendor else ""
+        return hashlib.sha256("\0".join([str(baseline_lib), vendor, cfg.model_dump_json()])
+                              .encode()).hexdigest()[:16]
 
     @property
     def _best(self) -> dict[str, dict[str, list[float]]]:
@@ -237,18 +240,27 @@ class NativeRunner(ABC):
         flags, refused = self.flags(source, target.build.cflags)
         if refused:
             raise HarnessError(f"{target.baseline.file}: {refused}")
-        src_name = f"candidate{self.suffix}"
-        lib = builds_dir() / f"{target.name}-baseline-{self._build_key(target, source, flags)}.so"
+        return self._kept_lib(target, cfg, f"{target.name}-baseline", source, flags,
+                              f"{target.baseline.file} does not compile")
+
+    def _kept_lib(self, target: Target, cfg: EvalConfig, name: str, source: str,
+                  flags: list[str], failure: str) -> Path:
+        """`source` built once per (source, command, compiler, device, env) into the builds
+        folder; HarnessError(`failure`: the compiler's first error) when it does not build."""
+        lib = builds_dir() / f"{name}-{self._build_key(target, source, flags)}.so"
         if not lib.exists():
             with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
-                src = Path(tmp) / src_name
+                src = Path(tmp) / f"candidate{self.suffix}"
                 src.write_text(source)
                 built = self._compile(target, src, flags, cfg)
                 if built.returncode != 0:
-                    raise HarnessError(f"{target.baseline.file} does not compile: "
-                                       f"{_first_error(built.stderr)}")
+                    raise HarnessError(f"{failure}: {_first_error(built.stderr)}")
                 os.replace(src.with_suffix(".so"), lib)  # atomic: racing builders agree
         return lib
+
+    def support_libs(self, target: Target, cfg: EvalConfig) -> dict:
+        """Job fields naming libraries the harness needs besides the candidate (built here)."""
+        return {}
 
     def _job(self, target: Target, cfg: EvalConfig, lib: Path) -> dict:
         workloads = [{"params": w, "shapes": {n: [int(eval_expr(d, w)) for d in dims]
@@ -261,7 +273,8 @@ class NativeRunner(ABC):
                              "function": ref.function, "inputs": ref.inputs},
                "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
                "candidate_lib": str(lib), "lock_down": self.lock_down}
-        return job | {"sets": self._input_sets(target, job)} | self.job_extra("verify")
+        return job | {"sets": self._input_sets(target, job)} | self.job_extra("verify") \
+            | self.support_libs(target, cfg)
 
     def _input_sets(self, target: Target, job: dict) -> dict:
         """Where this target's input sets are and their fingerprints; made by a child on first
@@ -315,25 +328,51 @@ class Anchor:
     """Baseline and vendor latencies per workload, from one timing run that timed both.
 
     Until it is measured again, evaluations time the candidate beside the cheaper of the two
-    only (`kind`, the anchor) and scale the other's time by the ratio measured: a slow naive
+    only (`kind`, the anchor: the one whose calls, plus its loading where that is slow, as
+    torch's import is, cost less) and scale the other's time by the ratio measured: a slow naive
     baseline, or a vendor that needs torch imported, is timed once per RECHECK evaluations
     instead of every time, and the anchor, timed beside every candidate, carries what the
-    machine's state does to both. Measured again after RECHECK uses, or as soon as the anchor's
-    time moves by more than DRIFT from when it was measured.
+    machine's state does to both. Measured again after RECHECK uses, as soon as the anchor's
+    time moves by more than DRIFT from when it was measured, or once it is MAX_AGE_S old.
+    Kept in the cache folder (anchors/), so runs and `eat eval` calls after the first share it.
     """
 
     RECHECK = 10
     DRIFT = 0.3
+    MAX_AGE_S = 24 * 3600
     kind: str  # "baseline" or "vendor": the one still timed
     then: list[dict]  # per workload, both Stat dicts as measured
     uses: int = 0
     stale: bool = False
+    measured_at: float = 0.0
 
     @classmethod
-    def measure(cls, timed: list[dict]) -> Anchor:
-        cost = {k: sum(t[k]["median_s"] for t in timed) for k in ("baseline", "vendor")}
-        return cls(kind=min(cost, key=cost.get),
+    def measure(cls, timed: list[dict], calls: int, vendor_load_s: float) -> Anchor:
+        """From a run that timed both; `calls` per workload, what loading the vendor took."""
+        cost = {k: calls * sum(t[k]["median_s"] for t in timed) for k in ("baseline", "vendor")}
+        cost["vendor"] += vendor_load_s
+        return cls(kind=min(cost, key=cost.get), measured_at=time.time(),
                    then=[{k: t[k] for k in ("baseline", "vendor")} for t in timed])
+
+    @classmethod
+    def load(cls, key: str) -> Anchor | None:
+        """The anchor kept under `key`, unless it is stale or unreadable."""
+        try:
+            anchor = cls(**json.loads((anchors_dir() / f"{key}.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+        fresh = not anchor.stale and time.time() - anchor.measured_at < cls.MAX_AGE_S
+        return anchor if fresh else None
+
+    def save(self, key: str) -> None:
+        """Keep it for later evaluations, or drop it once stale (atomically either way)."""
+        path = anchors_dir() / f"{key}.json"
+        if self.stale:
+            path.unlink(missing_ok=True)
+            return
+        part = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+        part.write_text(json.dumps(asdict(self)))
+        os.replace(part, path)
 
     @property
     def other(self) -> str:

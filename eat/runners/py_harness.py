@@ -19,7 +19,7 @@ from itertools import count as count_from
 
 import numpy as np
 
-from eat.runners.harness import Outcome, serve, time_all, verify
+from eat.runners.harness import Outcome, Snapshots, serve, time_all, verify
 from eat.runners.inputs import TIMED_SEED0, load_py, pool_size
 from eat.runners.verify import compare, poison
 
@@ -195,7 +195,7 @@ def _map(value, fn):
     return fn(value)
 
 
-class Case:
+class Case(Snapshots):
     """One workload: its argument sets (one per seed), what the reference made of each, and one
     set of argument objects every call goes through (so results cannot be keyed on them).
 
