@@ -143,33 +143,45 @@ if step "eat doctor" 180 "${EAT[@]}" doctor; then
     [[ ${FIGURES[-1]} == GPU* ]] || fail "no GPU peaks"
 fi
 
-# The real-GPU kits (CUDA C++, and PyTorch on the GPU); the fake-runtime kit runs in CI anyway.
-step "conformance (cuda)" 150 "$PY" -m pytest tests/conformance -k "cuda and not cuda_fake" \
-    -v -p no:cacheprovider || true
-FIGURES[-1]=$(grep -E '^=+ .*(passed|failed|error|skipped).* =+$' "$STEP_LOG" | tail -1 |
-    tr -d '=' | xargs || true)
-# The cuda kit skips itself where its runner cannot run: on this machine that is a failure.
-if [[ ${RESULTS[-1]} == PASS ]] && ! grep -qE '\[cuda-.* PASSED' "$STEP_LOG"; then
-    fail "the cuda kit did not run"
-fi
+# conformance KIT: one real-GPU conformance kit (the fake-runtime kit runs in CI anyway).
+conformance() {
+    local kit=$1
+    step "conformance ($kit)" 100 "$PY" -m pytest tests/conformance \
+        -k "$kit and not cuda_fake${2:-}" -v -p no:cacheprovider || true
+    FIGURES[-1]=$(grep -E '^=+ .*(passed|failed|error|skipped).* =+$' "$STEP_LOG" | tail -1 |
+        tr -d '=' | xargs || true)
+    # A kit skips itself where its runner cannot run: on this machine that is a failure.
+    if [[ ${RESULTS[-1]} == PASS ]] && ! grep -qE "\\[$kit-.* PASSED" "$STEP_LOG"; then
+        fail "the $kit kit did not run"
+    fi
+}
 
-for example in examples/cuda_*/; do
-    example=${example%/}
-    name=${example#examples/}
-    baseline=$(sed -n 's/^file *= *"\(baseline\.[a-z]*\)"$/\1/p' "$example/target.toml" |
-        head -1 || true)
-    for candidate in "$baseline" tuned.cu tuned.py; do
-        [[ -n $candidate && -f $example/$candidate ]] || continue
-        step "eval $name/$candidate" 100 --quiet "${EAT[@]}" eval "$example" \
-            "$example/$candidate" --json || true
-        FIGURES[-1]=$(eval_figures "$STEP_LOG" || true)
-        if [[ $candidate == tuned.* && ${RESULTS[-1]} == PASS ]]; then
-            "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["speedup"] <= 1)' \
-                "$STEP_LOG" || fail "not faster than the baseline"
-        fi
-        echo "${FIGURES[-1]}"
+# eval_examples SUFFIX: `eat eval` of each CUDA example's baseline and tuned candidate that are
+# SUFFIX files (.cu: CUDA C++; .py: Triton).
+eval_examples() {
+    local example name baseline candidate
+    for example in examples/cuda_*/; do
+        example=${example%/}
+        name=${example#examples/}
+        baseline=$(sed -n 's/^file *= *"\(baseline\.[a-z]*\)"$/\1/p' "$example/target.toml" |
+            head -1 || true)
+        for candidate in "$baseline" "tuned$1"; do
+            [[ $candidate == *"$1" && -f $example/$candidate ]] || continue
+            step "eval $name/$candidate" 100 --quiet "${EAT[@]}" eval "$example" \
+                "$example/$candidate" --json || true
+            FIGURES[-1]=$(eval_figures "$STEP_LOG" || true)
+            if [[ $candidate == tuned.* && ${RESULTS[-1]} == PASS ]]; then
+                "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["speedup"] <= 1)' \
+                    "$STEP_LOG" || fail "not faster than the baseline"
+            fi
+            echo "${FIGURES[-1]}"
+        done
     done
-done
+}
+
+# CUDA C++ first (the runner the search uses), the PyTorch/Triton runner's steps last.
+conformance cuda " and not torch_cuda"
+eval_examples .cu
 
 # The same evaluation again, every cache warm (build, input sets, anchor): what one costs in a
 # run. Issue 10's goal: at most 6 s.
@@ -194,6 +206,9 @@ wall=$(awk "BEGIN {printf \"%.0f\", $EPOCHREALTIME - $t0}")
 FIGURES[-1]="wall ${wall}s; $(grep -E '^(stopped|best)' "$STEP_LOG" | paste -sd ';' - | cut -c1-80 \
     || true); $(best_bandwidth "$LOGS/start/best/result.json" || true)"
 [[ ${RESULTS[-1]} != PASS ]] || grep -q 'max_evals' "$STEP_LOG" || fail "did not finish its 30"
+
+conformance torch_cuda
+eval_examples .py
 
 echo
 echo "=== summary: ${SECONDS}s in all; logs in $LOGS"

@@ -426,3 +426,19 @@ def test_device_checks_agree_with_the_host_comparison(fake_rt, runner, target, t
         b[changed] ^= 1
         words = len({i // 4 for i in changed if i < 4096}) + len([i for i in changed if i >= 4096])
         assert checks.differ(a.ctypes.data, b.ctypes.data, a.nbytes) == words
+
+
+def test_torch_takes_the_vendors_device_buffers():
+    """torch.as_tensor reads a vendor's buffer through __cuda_array_interface__ and refuses
+    one marked read-only (it did on the H200, inputs included). Here torch has no GPU: its
+    parsing of the interface is what runs, and then it says it cannot reach CUDA."""
+    torch = pytest.importorskip("torch")
+    from eat.runners.gpu_harness import DeviceArray
+
+    buffer = DeviceArray(0x7F0000000000, np.zeros((4, 3), np.float32))
+    try:
+        torch.as_tensor(buffer, device="cuda")
+    except TypeError as e:
+        pytest.fail(f"torch refused the buffer itself: {e}")
+    except (RuntimeError, AssertionError) as e:  # no CUDA in this torch: past the parsing
+        assert "read only" not in str(e)

@@ -39,12 +39,14 @@ from eat.runners.verify import poison_byte
 
 class DeviceArray:
     """A device buffer as the vendor function gets it: `torch.as_tensor(x, device="cuda")` and
-    `cupy.asarray(x)` wrap it without a copy (__cuda_array_interface__)."""
+    `cupy.asarray(x)` wrap it without a copy (__cuda_array_interface__). Marked writable even
+    for inputs: torch refuses a read-only one ("the read only flag is not supported"), and the
+    vendor is the target's own code, not a candidate's."""
 
-    def __init__(self, ptr: int, host: np.ndarray, readonly: bool):
+    def __init__(self, ptr: int, host: np.ndarray):
         self.ptr, self.shape, self.dtype = ptr, host.shape, host.dtype
         self.__cuda_array_interface__ = {"shape": host.shape, "typestr": host.dtype.str,
-                                         "data": (ptr, readonly), "strides": None, "version": 3}
+                                         "data": (ptr, False), "strides": None, "version": 3}
 
 
 class DeviceChecks:
@@ -102,7 +104,7 @@ class DeviceWorkload(Workload):
         host = {k: v for k, v in self.values.items() if isinstance(v, np.ndarray)}
         self.device = {k: rt.malloc(v.nbytes) for k, v in host.items()}
         self.c_args = call_args(job["args"], self.values | self.device)
-        self._vendor_args = self.values | {k: DeviceArray(self.device[k], v, k in self.inputs)
+        self._vendor_args = self.values | {k: DeviceArray(self.device[k], v)
                                            for k, v in host.items()}
         self._on_device: dict[int, dict] = {}
         self._snapshot: dict[str, int] = {}
