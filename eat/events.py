@@ -157,10 +157,23 @@ class TeamExhausted(_Event):
     team: str = Field(description="Its agent has nothing left to try from where it stands.")
 
 
+class HumanSteered(_Event):
+    type: Literal["human_steered"] = "human_steered"
+    source: Literal["learning", "notes", "directive", "steer"] = Field(
+        description="What the person edited: LEARNING.md outside eat's markers, a team's "
+        "NOTES.md outside them, a team's directive (team.yaml), or `eat steer`.")
+    team: str | None = Field(None, description="The team it is for (None: the whole run).")
+    text: str = Field(description="What changed: the lines added (or the new directive, or "
+                      "the message), as the next prompts show it.")
+    removed: str = Field("", description="Lines the edit removed, if any.")
+    ref: str | None = Field(None, description="The `eat steer` message's file, so a message "
+                            "is recorded once even if the run dies before deleting it.")
+
+
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
                         EliteRetimed, PlateauDetected, Restructured, RestructureScored,
                         LLMCalled, AttemptFailed, SupervisorAdvised, PlanUpdated,
-                        TeamExhausted],
+                        TeamExhausted, HumanSteered],
                   Field(discriminator="type")]
 EVENT = TypeAdapter(Event)
 
@@ -201,6 +214,9 @@ def describe(e: Event) -> str:
             return f"restructure {e.op} {e.team or ''}: {e.reason}".replace("  ", " ")
         case TeamExhausted():
             return f"team {e.team} has nothing left to try"
+        case HumanSteered():
+            who = f"team {e.team}" if e.team else "the run"
+            return f"a person steered {who} ({e.source}): {' '.join(e.text.split())[:200]}"
         case AttemptFailed():
             return f"team {e.team}: attempt failed ({e.kind}): {e.reason[:160]}"
         case PlanUpdated():

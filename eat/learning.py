@@ -10,7 +10,7 @@ from __future__ import annotations
 from eat.events import speedup_text
 from eat.state import RunState
 from eat.target import Target
-from eat.workspace import write_atomic
+from eat.workspace import merge_write
 
 BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 CAP_CHARS = 6000
@@ -128,15 +128,27 @@ def _compose(state, items, keep, effects, dead, untried) -> str:
     return "\n".join(lines)
 
 
-def update(path, state: RunState, target: Target, cap: int = CAP_CHARS) -> bool:
-    """Rewrite the managed block of LEARNING.md, keeping people's text; True if it changed."""
-    text = path.read_text() if path.exists() else f"# Learning\n\n{BEGIN}\n{END}\n"
+def splice(text: str | None, block: str, empty: str = f"# Learning\n\n{BEGIN}\n{END}\n") -> str:
+    """`text` with eat's block between the markers replaced by `block`, the rest kept as it is
+    (no file: `empty`; markers removed by hand: added anew at the end)."""
+    text = empty if text is None else text
     if BEGIN not in text or END not in text:
-        text = text.rstrip() + f"\n\n{BEGIN}\n{END}\n"  # markers removed by hand: add anew
+        text = text.rstrip() + f"\n\n{BEGIN}\n{END}\n"
     before, rest = text.split(BEGIN, 1)
     _, after = rest.split(END, 1)
-    new = f"{before}{BEGIN}\n{render(state, target, cap)}\n{END}{after}"
-    if new != text:
-        write_atomic(path, new, durable=False)
-        return True
-    return False
+    return f"{before}{BEGIN}\n{block}\n{END}{after}"
+
+
+def outside(text: str) -> str:
+    """What people wrote: the text outside eat's markers."""
+    if BEGIN not in text or END not in text:
+        return text
+    before, rest = text.split(BEGIN, 1)
+    return before + rest.split(END, 1)[1]
+
+
+def update(path, state: RunState, target: Target, cap: int = CAP_CHARS) -> bool:
+    """Rewrite the managed block of LEARNING.md, keeping people's text, even text saved while
+    eat rewrites (merge_write); True if it changed."""
+    block = render(state, target, cap)
+    return merge_write(path, lambda text: splice(text, block))

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eat.config import PlateauConfig
-from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, LLMCalled,
-                        PlanUpdated, PlateauDetected, RestructureScored, Restructured,
+from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, HumanSteered,
+                        LLMCalled, PlanUpdated, PlateauDetected, RestructureScored, Restructured,
                         RunStarted, SupervisorAdvised, TeamExhausted, TeamSpawned)
 
 LOCAL = frozenset({"coordinate", "refiner"})
@@ -199,6 +199,8 @@ class RunState:
         self.usage = Usage()
         self.agent_usage: dict[str, Usage] = {}
         self.supervisor_notes: deque[str] = deque(maxlen=9)
+        self.steering: deque[HumanSteered] = deque(maxlen=24)  # people's latest edits
+        self.steer_refs: set[str] = set()  # `eat steer` messages already recorded
 
     @classmethod
     def from_events(cls, events: list[Event], plateau: PlateauConfig | None = None) -> RunState:
@@ -233,6 +235,11 @@ class RunState:
     def recent_of(self, team: str | None, n: int) -> list[Candidate]:
         """Up to `n` of the latest candidates (of `team`, or of any), newest first."""
         return [c for c in reversed(self.recent) if team is None or c.team == team][:n]
+
+    def steering_for(self, team: str | None, n: int = 5) -> list[HumanSteered]:
+        """People's latest steering that concerns `team` (None: the supervisor, who sees all),
+        oldest first: what they said to the whole run and to that team."""
+        return [e for e in self.steering if team is None or e.team in (None, team)][-n:]
 
     def next_candidate_id(self) -> str:
         return f"c{self.evaluations + 1:04d}"
@@ -277,6 +284,12 @@ class RunState:
             case TeamExhausted():
                 if e.team in self.teams:
                     self.teams[e.team].exhausted = True
+            case HumanSteered():
+                self.steering.append(e)
+                if e.ref:
+                    self.steer_refs.add(e.ref)
+                if e.source == "directive" and e.team in self.teams:
+                    self.teams[e.team].directive = e.text
             case RestructureScored():
                 self.pending = [p for p in self.pending if p.seq != e.restructure]
                 if arm := self.restructure_arms.get(e.restructure):

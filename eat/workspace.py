@@ -8,6 +8,8 @@ repository grow with the square of the run's length); `git log` carries the same
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -56,6 +58,9 @@ class Paths:
         self.state = self.root / ".eat"            # machine state, rebuilt from the files
         self.lock = self.state / "lock"
         self.checkpoint = self.state / "supervisor.sqlite"
+        self.skill = self.root / "SKILL.md"        # the skill the run was started with, if any
+        self.inbox = self.state / "steer"           # `eat steer` messages not yet recorded
+        self.seen = self.state / "steering.json"    # people's text as the loop last saw it
 
     def team(self, team: str) -> Path:
         return self.teams / team
@@ -86,6 +91,143 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+_libc = ctypes.CDLL(None, use_errno=True)
+MERGE_TRIES = 50
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where the system or
+    filesystem cannot."""
+    fn = getattr(_libc, "renameat2", None)
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _settled(path: Path, seen: str) -> str:
+    """The file's text once a writer that was mid-save when we swapped it out has finished
+    (an in-place save truncates, then writes: a moment later the text stops changing)."""
+    while True:
+        time.sleep(0.02)
+        again = path.read_text()
+        if again == seen:
+            return seen
+        seen = again
+
+
+def _mark(path: Path) -> tuple | None:
+    """What changes when anyone saves the file: its inode, size and modification time."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read(path: Path) -> tuple[str | None, tuple | None]:
+    """The file's text (None: no file) and its mark, read so that they agree."""
+    while True:
+        mark = _mark(path)
+        if mark is None:
+            return None, None
+        text = path.read_text()
+        if text == "":  # an in-place save between its truncate and its write: let it finish
+            text = _settled(path, text)
+        if _mark(path) == mark:
+            return text, mark
+
+
+HIDDEN_S = 10.0
+# Per file: lines a person saved that one of eat's swaps hid for a moment (they were saved just
+# before the swap), with the line before each and when. A person whose editor read the file in
+# that moment saves it without them; they are put back into what is read in the next seconds.
+_hidden: dict[Path, list[tuple[float, str | None, str]]] = {}
+_hidden_lock = threading.Lock()
+
+
+def _restore(path: Path, text: str | None) -> str | None:
+    """`text` with the lines eat hid recently put back where they were (after the same line,
+    else at the end)."""
+    with _hidden_lock:
+        now = time.monotonic()
+        kept = _hidden[path] = [h for h in _hidden.get(path, []) if now - h[0] < HIDDEN_S]
+    if text is None or not kept:
+        return text
+    lines = text.split("\n")
+    for _, before, line in kept:
+        if line in lines:
+            continue
+        at = lines.index(before) + 1 if before in lines else len(lines)
+        if at == len(lines) and lines and lines[-1] == "":
+            at -= 1  # before the final newline
+        lines.insert(at, line)
+    return "\n".join(lines)
+
+
+def _hide(path: Path, saved: str, base: str | None) -> None:
+    """Remember the lines of a person's save that `base` (what eat merged) lacked."""
+    known = set((base or "").split("\n"))
+    lines = saved.split("\n")
+    new = [(time.monotonic(), lines[i - 1] if i else None, line)
+           for i, line in enumerate(lines) if line.strip() and line not in known]
+    with _hidden_lock:
+        _hidden.setdefault(path, []).extend(new)
+
+
+def merge_write(path: Path, make) -> bool:
+    """Replace `path` with `make(its text)` (None: no file) without losing a save a person makes
+    meanwhile; True if it wrote. `make` must keep what people wrote (e.g. splice only eat's
+    block). The new file is swapped in atomically and what it replaced is read back: if that
+    is not the text `make` was given, someone saved in between, and their text is merged
+    again. For a moment the file then lacked that save; an editor that read it then saves
+    without those lines, so they are put back for HIDDEN_S seconds (a line a person deletes
+    that soon after writing it may come back). Without an atomic swap (other systems) a
+    check just before the replace narrows the window instead of closing it."""
+    tmp = path.with_name(f".{path.name}.merge.tmp")
+    there, mark = _read(path)           # what is at `path` now, as far as we know
+    text, wrote = _restore(path, there), False
+    for _ in range(MERGE_TRIES):
+        new = make(text)
+        if new == there:
+            return wrote
+        tmp.write_text(new)
+        if there is None:
+            try:
+                os.link(tmp, path)   # fails if a file appeared meanwhile: merge with it
+                return True
+            except FileExistsError:
+                there, mark = _read(path)
+                text = _restore(path, there)
+                continue
+            finally:
+                tmp.unlink()
+        if _mark(path) != mark:  # saved since we read it: merge that first (cheap, and it
+            tmp.unlink()         # keeps the window in which a swap can hide a save short)
+            there, mark = _read(path)
+            text = _restore(path, there)
+            continue
+        if not _exchange(tmp, path):
+            os.replace(tmp, path)   # no atomic swap here: the check above is all we have
+            return True
+        wrote = True
+        old = tmp.read_text()
+        if old != there:  # a save, maybe in place and half written when swapped out
+            old = _settled(tmp, old)
+        tmp.unlink()
+        if old == there:
+            return True
+        _hide(path, old, text)   # someone saved in between: merge their text again
+        text, there = _restore(path, old), new
+        mark = _mark(path)
+    raise RuntimeError(f"{path}: changed {MERGE_TRIES} times while eat rewrote it")
 
 
 class Workspace:
