@@ -19,6 +19,7 @@ from eat.llm import LLMClient
 from eat.plateau import Plateau
 from eat.restructure import Operation, arm_values
 from eat.state import RunState
+from eat.steer import prompt_lines
 
 MAX_OPS = 4
 _CID = re.compile(r"\bc\d{4,}\b")
@@ -134,7 +135,7 @@ class LLMAdvisor:
                   f"{state.arm_stats.get(arm, (0, 0))[1]}; worth now {v:.2f}"
                   for arm, v in sorted(values.items(), key=lambda kv: -kv[1])]
         return render("supervisor.md.j2", target=self.target, best=state.best, teams=teams,
-                      scores=scores,
+                      scores=scores, steering=prompt_lines(state, None),
                       threshold=state.threshold(), recent=recent, plateaus=plateaus,
                       presets=self.presets, learning=learning, max_ops=MAX_OPS,
                       max_teams=self.max_teams)

@@ -261,6 +261,20 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     out.print(table)
 
 
+@app.command()
+@_reports_errors
+def steer(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+          text: str = typer.Argument(..., help="What to tell the agents and the supervisor."),
+          team: str = typer.Option(None, "--team", help="Tell one team only.")):
+    """Tell a run something: its next prompts (the team's, or every team's, and the
+    supervisor's) carry it, and history.jsonl records it (human_steered)."""
+    from eat.steer import send
+
+    _, running = send(workspace, text, team)
+    out.print("sent: the run picks it up within 2 s" if running else
+              "queued: the run picks it up when it resumes (eat resume)", markup=False)
+
+
 import_app = typer.Typer(no_args_is_help=True, help="Turn a KernelBench, GPU MODE or "
                          "FlashInfer-Bench problem into a target folder.")
 app.add_typer(import_app, name="import")

@@ -151,4 +151,4 @@ def update(path, state: RunState, target: Target, cap: int = CAP_CHARS) -> bool:
     """Rewrite the managed block of LEARNING.md, keeping people's text, even text saved while
     eat rewrites (merge_write); True if it changed."""
     block = render(state, target, cap)
-    return merge_write(path, lambda text: splice(text, block))
+    return merge_write(path, lambda text: splice(text, block), people=outside)

@@ -20,6 +20,7 @@ from eat.events import Event, LLMCalled, RunResumed, RunStarted, RunStopped, Tea
 from eat.llm import LLMClient, LLMSettings, check_model
 from eat.runners.base import Evaluation, Runner, runner_for
 from eat.state import RunState
+from eat.steer import Steering
 from eat.target import EvalConfig, Target, load_target
 from eat.team import evaluated_event, load_presets, write_notes
 from eat.workspace import Workspace
@@ -220,11 +221,16 @@ def _recover(ctx: RunContext) -> list[str]:
 
 
 def _loop(ctx: RunContext) -> Stop:
+    steering = ctx.steering = Steering(ctx.ws.paths)
     try:
         try:
+            steering.take(ctx, everything=True)  # edits and messages left while no run went
+            steering.start()
             stop = supervisor.run(ctx)
         except KeyboardInterrupt:
             stop = Stop(INTERRUPTED, "interrupted by the user")
+        finally:
+            steering.stop()
         ctx.record(RunStopped(reason=stop.message, code=stop.code))
         learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
         ctx.ws.commit(f"run stopped: {stop}")

@@ -123,6 +123,8 @@ def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
     """The supervisor's graph over `ctx`; `pool` runs the teams' turns (`turns`: in flight)."""
 
     def observe(s: Step) -> Step:
+        if ctx.steering is not None:
+            ctx.steering.take(ctx)  # people's edits the dispatch wait did not already take
         verdicts = score(ctx.state, ctx.state.cfg.score_after)
         for v in verdicts:
             ctx.record(v)
@@ -232,6 +234,8 @@ def run(ctx: RunContext) -> Stop:
     pool = LocalExecutor(ctx.config.workers or default_workers())
     turns: dict[str, Turn] = {}
     ctx.executor = pool
+    if ctx.steering is not None:  # an edit wakes the main thread even while turns run
+        ctx.steering.wake = lambda: pool.post(lambda: ctx.steering.take(ctx))
     try:
         graph = build_graph(ctx, pool, turns).compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "supervisor"}}

@@ -22,7 +22,8 @@ from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhau
 from eat.runners.base import Evaluation, source_hash
 from eat.plateau import is_local
 from eat.state import RunState, Team
-from eat.workspace import source_name, write_atomic
+from eat.steer import directive_of
+from eat.workspace import merge_write, source_name
 
 TEAMS_DIR = Path(eat.teams.__file__).parent
 
@@ -258,11 +259,13 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
 
 
 def write_notes(team: Team, ctx: RunContext) -> None:
-    """The team's NOTES.md and team.yaml: directive, strategy, best, recent attempts."""
+    """The team's NOTES.md (eat's block: directive, strategy, best, recent attempts; people
+    write outside it) and team.yaml (a directive a person saved there and the loop has not yet
+    taken is kept)."""
     paths = ctx.ws.paths
     recent = ctx.state.recent_of(team.id, 10)
     best = team.best
-    lines = [f"# Team {team.id}", "", f"- preset: {team.preset}", f"- strategy: {team.strategy}",
+    lines = [f"- preset: {team.preset}", f"- strategy: {team.strategy}",
              f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
              f"- directive: {team.directive}",
              f"- evaluations: {team.evals}, since last improvement: {team.since_improvement}",
@@ -279,10 +282,26 @@ def write_notes(team: Team, ctx: RunContext) -> None:
     spec = {"id": team.id, "preset": team.preset, "strategy": team.strategy,
             "directive": team.directive, "share": team.share, "state": team.state,
             "start_from": team.start_from}
-    # JSON scalars are YAML scalars: a readable team.yaml without the YAML emitter's cost.
-    for path, text in [(paths.team_notes(team.id), "\n".join(lines) + "\n"),
-                       (paths.team_spec(team.id),
-                        "".join(f"{k}: {json.dumps(v)}\n" for k, v in spec.items()))]:
-        if ctx.written.get(path) != text:
-            write_atomic(path, text, durable=False)
-            ctx.written[path] = text
+    notes, block = paths.team_notes(team.id), "\n".join(lines)
+    if ctx.written.get(notes) != block:
+        empty = (f"# Team {team.id}\n\nNotes for this team: write yours outside the markers "
+                 "(eat rewrites only the part between them); the team's agents are told what "
+                 f"you add.\n\n{learning.BEGIN}\n{learning.END}\n")
+        merge_write(notes, lambda text: learning.splice(text, block, empty),
+                    people=learning.outside)
+        ctx.written[notes] = block
+    spec_path = paths.team_spec(team.id)
+    if ctx.written.get(spec_path) != spec:
+        last = ctx.written.get(spec_path)
+
+        def make(text: str | None) -> str:
+            mine = dict(spec)
+            theirs = directive_of(text) if text else None
+            if last and theirs and theirs not in (" ".join(last["directive"].split()),
+                                                  " ".join(team.directive.split())):
+                mine["directive"] = theirs  # a person's edit the loop has yet to take
+            # JSON scalars are YAML scalars: a readable team.yaml without the emitter's cost.
+            return "".join(f"{k}: {json.dumps(v)}\n" for k, v in mine.items())
+
+        merge_write(spec_path, make)
+        ctx.written[spec_path] = spec

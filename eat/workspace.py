@@ -132,6 +132,11 @@ def _mark(path: Path) -> tuple | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def read_settled(path: Path) -> str | None:
+    """A file people may be saving: its text (None: no file), not caught mid-save."""
+    return _read(path)[0]
+
+
 def _read(path: Path) -> tuple[str | None, tuple | None]:
     """The file's text (None: no file) and its mark, read so that they agree."""
     while True:
@@ -146,23 +151,39 @@ def _read(path: Path) -> tuple[str | None, tuple | None]:
 
 
 HIDDEN_S = 10.0
-# Per file: lines a person saved that one of eat's swaps hid for a moment (they were saved just
-# before the swap), with the line before each and when. A person whose editor read the file in
-# that moment saves it without them; they are put back into what is read in the next seconds.
-_hidden: dict[Path, list[tuple[float, str | None, str]]] = {}
-_hidden_lock = threading.Lock()
+# Per file: each line people wrote that eat has read, with when it first did and the line
+# before it. A save that lands while eat swaps the file can be hidden for a moment; an editor
+# that read the file then saves it without the new lines. Lines first read less than HIDDEN_S
+# seconds ago are put back into a text that lacks them.
+_lines: dict[Path, dict[str, tuple[float, str | None]]] = {}
+_lines_lock = threading.Lock()
+
+
+def _observe(path: Path, text: str | None, people) -> None:
+    """Note the lines people wrote in a text eat read."""
+    if text is None:
+        return
+    mine = set(people(text).split("\n"))
+    lines = text.split("\n")
+    now = time.monotonic()
+    with _lines_lock:
+        seen = _lines.setdefault(path, {})
+        for i, line in enumerate(lines):
+            if line.strip() and line in mine and line not in seen:
+                seen[line] = (now, lines[i - 1] if i else None)
 
 
 def _restore(path: Path, text: str | None) -> str | None:
-    """`text` with the lines eat hid recently put back where they were (after the same line,
-    else at the end)."""
-    with _hidden_lock:
-        now = time.monotonic()
-        kept = _hidden[path] = [h for h in _hidden.get(path, []) if now - h[0] < HIDDEN_S]
-    if text is None or not kept:
+    """`text` with people's lines first read in the last HIDDEN_S seconds put back where they
+    were (after the same line, else at the end)."""
+    if text is None:
         return text
+    now = time.monotonic()
+    with _lines_lock:
+        recent = [(line, before) for line, (at, before) in _lines.get(path, {}).items()
+                  if now - at < HIDDEN_S]
     lines = text.split("\n")
-    for _, before, line in kept:
+    for line, before in recent:
         if line in lines:
             continue
         at = lines.index(before) + 1 if before in lines else len(lines)
@@ -172,28 +193,46 @@ def _restore(path: Path, text: str | None) -> str | None:
     return "\n".join(lines)
 
 
-def _hide(path: Path, saved: str, base: str | None) -> None:
-    """Remember the lines of a person's save that `base` (what eat merged) lacked."""
-    known = set((base or "").split("\n"))
-    lines = saved.split("\n")
-    new = [(time.monotonic(), lines[i - 1] if i else None, line)
-           for i, line in enumerate(lines) if line.strip() and line not in known]
-    with _hidden_lock:
-        _hidden.setdefault(path, []).extend(new)
+_swapped: dict[Path, str] = {}  # file -> the text of its last swapped-out version, kept
 
 
-def merge_write(path: Path, make) -> bool:
+def _late_save(path: Path, people) -> None:
+    """A save that opened the file an instant before eat swapped it out writes into the old
+    file, which eat keeps until its next rewrite (`.NAME.prev.tmp`): merge what landed there."""
+    prev = path.with_name(f".{path.name}.prev.tmp")
+    expected = _swapped.pop(path, None)
+    if not prev.exists():
+        return
+    text = prev.read_text()
+    if expected is not None and text != expected:
+        _observe(path, _settled(prev, text), people)
+    prev.unlink()
+
+
+def merge_write(path: Path, make, people=None) -> bool:
     """Replace `path` with `make(its text)` (None: no file) without losing a save a person makes
     meanwhile; True if it wrote. `make` must keep what people wrote (e.g. splice only eat's
     block). The new file is swapped in atomically and what it replaced is read back: if that
     is not the text `make` was given, someone saved in between, and their text is merged
     again. For a moment the file then lacked that save; an editor that read it then saves
-    without those lines, so they are put back for HIDDEN_S seconds (a line a person deletes
-    that soon after writing it may come back). Without an atomic swap (other systems) a
-    check just before the replace narrows the window instead of closing it."""
+    without those lines, so people's lines eat read in the last HIDDEN_S seconds are put back
+    into a text that lacks them (a line a person deletes that soon after writing it may come
+    back). Without an atomic swap (other systems) a
+    check just before the replace narrows the window instead of closing it. `people(text)`
+    is the part of a text people write (outside eat's markers); without it, the lines of a
+    save are not put back (a structured file such as team.yaml)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.merge.tmp")
+    if people is not None:
+        _late_save(path, people)
+    def restore(t: str | None) -> str | None:
+        if people is None:
+            return t
+        _observe(path, t, people)
+        return _restore(path, t)
+
     there, mark = _read(path)           # what is at `path` now, as far as we know
-    text, wrote = _restore(path, there), False
+    text, wrote = restore(there), False
     for _ in range(MERGE_TRIES):
         new = make(text)
         if new == there:
@@ -205,27 +244,30 @@ def merge_write(path: Path, make) -> bool:
                 return True
             except FileExistsError:
                 there, mark = _read(path)
-                text = _restore(path, there)
+                text = restore(there)
                 continue
             finally:
                 tmp.unlink()
         if _mark(path) != mark:  # saved since we read it: merge that first (cheap, and it
             tmp.unlink()         # keeps the window in which a swap can hide a save short)
             there, mark = _read(path)
-            text = _restore(path, there)
+            text = restore(there)
             continue
         if not _exchange(tmp, path):
             os.replace(tmp, path)   # no atomic swap here: the check above is all we have
             return True
         wrote = True
         old = tmp.read_text()
-        if old != there:  # a save, maybe in place and half written when swapped out
-            old = _settled(tmp, old)
-        tmp.unlink()
         if old == there:
+            if people is not None:  # kept: a save may still land in it (_late_save)
+                os.replace(tmp, tmp.with_name(f".{path.name}.prev.tmp"))
+                _swapped[path] = old
+            else:
+                tmp.unlink()
             return True
-        _hide(path, old, text)   # someone saved in between: merge their text again
-        text, there = _restore(path, old), new
+        old = _settled(tmp, old)  # a save, maybe in place and half written when swapped out
+        tmp.unlink()
+        text, there = restore(old), new  # someone saved in between: merge their text again
         mark = _mark(path)
     raise RuntimeError(f"{path}: changed {MERGE_TRIES} times while eat rewrote it")
 

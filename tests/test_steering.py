@@ -3,8 +3,9 @@ that the next prompts carry."""
 
 import subprocess
 import sys
+from pathlib import Path
 
-from eat.learning import BEGIN, END, render, splice, update
+from eat.learning import BEGIN, END, outside, render, splice, update
 from eat.workspace import merge_write
 from test_learning import TARGET, grown_history
 
@@ -39,7 +40,8 @@ def test_fifty_saves_racing_eats_rewrites_lose_nothing(tmp_path):
     person = subprocess.Popen([sys.executable, "-c", PERSON, str(doc), END])
     rewrites = 0
     while person.poll() is None:
-        merge_write(doc, lambda text: splice(text, blocks[rewrites % len(blocks)]))
+        merge_write(doc, lambda text: splice(text, blocks[rewrites % len(blocks)]),
+                    people=outside)
         rewrites += 1
     assert person.returncode == 0
     update(doc, states[-1], TARGET)
@@ -48,3 +50,132 @@ def test_fifty_saves_racing_eats_rewrites_lose_nothing(tmp_path):
     assert not missing, f"lost saves {missing} over {rewrites} rewrites"
     assert text.count(BEGIN) == 1 and text.count(END) == 1 and "c0008" in text
     assert rewrites >= 50
+
+
+# -- steering a running loop ---------------------------------------------------------------
+
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from llm_server import Reply  # noqa: E402
+
+from eat.advisor import LLMAdvisor  # noqa: E402
+from eat.events import HumanSteered  # noqa: E402
+from eat.run import start_run  # noqa: E402
+from eat.steer import send  # noqa: E402
+from eat.workspace import Workspace  # noqa: E402
+from fake_runner import FakeRunner  # noqa: E402
+from test_llm_loop import MODEL, Script, fenced, kernels  # noqa: E402
+from test_rules import History  # noqa: E402
+
+
+def _events(ws, kind):
+    if not (ws / "history.jsonl").exists():
+        return []
+    return [e for e in Workspace.open(ws).read_events()[0] if e.type == kind]
+
+
+def _wait_for(ws, kind, n=1, timeout=5.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = _events(ws, kind)
+        if len(found) >= n:
+            return found
+        time.sleep(0.02)
+    return _events(ws, kind)
+
+
+def test_an_edit_to_learning_md_mid_run_is_recorded_within_2s_and_reaches_the_next_prompt(
+        quick_matmul, tmp_path, llm_server):
+    ws = tmp_path / "ws"
+    _, fast, faster = kernels(quick_matmul)
+    saved = {}
+
+    def first(req):  # while the first kernel is being written, a person edits LEARNING.md
+        doc = ws / "LEARNING.md"
+        doc.write_text(doc.read_text() + "\nFrom Ana: try -funroll-loops next.\n")
+        saved["at"] = time.time()
+        saved["steered"] = _wait_for(ws, "human_steered")
+        return Reply(fenced(fast))
+
+    Script(llm_server).push(first).reply(fenced(faster, "Add -ffast-math."))
+    start_run(quick_matmul, ws, model=MODEL, api_base=llm_server.base_url, teams=["coordinate"],
+              max_evals=2, repairs=0, llm_backoff_s=0, llm_timeout_s=10, sleep=lambda s: None,
+              runner=FakeRunner(lambda k: 2.0))
+    (steered,) = saved["steered"]
+    assert steered.source == "learning" and steered.team is None
+    assert steered.text.strip() == "From Ana: try -funroll-loops next."
+    assert steered.time - saved["at"] < 2.0
+    coder = [r.messages[-1]["content"] for r in llm_server.requests
+             if "# Your turn" in r.messages[-1]["content"]]
+    assert len(coder) == 2
+    assert "What the people running this said" not in coder[0]
+    said = coder[1].split("What the people running this said")[1].split("\n## ")[0]
+    assert "to every team, in LEARNING.md: From Ana: try -funroll-loops next." in said
+    assert "From Ana" in (ws / "LEARNING.md").read_text()
+
+
+class _SlowRunner(FakeRunner):
+    """A fake runner that takes a moment per evaluation, so a run lasts a few seconds."""
+
+    def evaluate(self, *args, **kwargs):
+        time.sleep(0.05)
+        return super().evaluate(*args, **kwargs)
+
+
+def test_notes_directive_and_eat_steer_are_recorded_mid_run_and_kept(quick_matmul, tmp_path):
+    ws = tmp_path / "ws"
+    runner = _SlowRunner(lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0)
+    t = threading.Thread(target=start_run, args=(quick_matmul, ws),
+                         kwargs=dict(runner=runner, max_evals=60, seed=1))
+    t.start()
+    try:
+        assert _wait_for(ws, "candidate_evaluated", 3, timeout=20)
+        notes = ws / "teams" / "coordinate-1" / "NOTES.md"
+        notes.write_text(notes.read_text() + "\nPerson: keep TILE at 64 or above.\n")
+        spec = ws / "teams" / "explorer-2" / "team.yaml"
+        spec.write_text(spec.read_text().replace(
+            spec.read_text().split("directive: ")[1].split("\n")[0],
+            '"Explore the MR/NR micro-kernel region only."'))
+        send(ws, "Stop trying -O2.", team="coordinate-1")
+        steered = _wait_for(ws, "human_steered", 3, timeout=10)
+    finally:
+        t.join()
+    by = {e.source: e for e in steered}
+    assert set(by) == {"notes", "directive", "steer"}
+    assert by["notes"].team == "coordinate-1" and "TILE at 64" in by["notes"].text
+    assert by["directive"].team == "explorer-2" and "micro-kernel" in by["directive"].text
+    assert by["steer"].team == "coordinate-1" and by["steer"].text == "Stop trying -O2."
+    assert not list((ws / ".eat" / "steer").glob("*"))   # the message was taken once
+    # eat rewrote both files many times after; what the person saved is still there
+    assert "Person: keep TILE at 64 or above." in notes.read_text()
+    # the person's directive stands until the supervisor itself redirects the team
+    redirects = [e for e in _events(ws, "restructured") if e.team == "explorer-2" and
+                 e.op == "redirect" and e.seq > by["directive"].seq]
+    assert redirects or "micro-kernel region only" in spec.read_text()
+    st = __import__("eat.run", fromlist=["run_status"]).run_status(ws)
+    assert st["evaluations"] == 60
+
+
+def test_the_supervisors_prompt_carries_every_teams_steering():
+    h = History("coordinate-1", "explorer-1")
+    h.eval("coordinate-1", 2.0, TILE=16)
+    h.add(HumanSteered(source="steer", team="explorer-1", text="look at PACK=1"))
+    h.add(HumanSteered(source="learning", text="the vendor is the goal"))
+    advisor = LLMAdvisor(client=None, target=TARGET, presets={}, learning_path=Path("/none"),
+                         max_teams=4)
+    prompt = advisor._prompt([], h.state)
+    assert "to team explorer-1, with `eat steer`: look at PACK=1" in prompt
+    assert "to every team, in LEARNING.md: the vendor is the goal" in prompt
+
+
+def test_eat_steer_refuses_an_unknown_team_with_exit_2(quick_matmul, tmp_path):
+    from typer.testing import CliRunner
+
+    from eat.cli import app
+
+    start_run(quick_matmul, tmp_path / "ws", runner=FakeRunner(lambda k: 1.0), max_evals=2)
+    bad = CliRunner().invoke(app, ["steer", str(tmp_path / "ws"), "hi", "--team", "nope"])
+    assert bad.exit_code == 2 and "not in this run" in bad.output
+    ok = CliRunner().invoke(app, ["steer", str(tmp_path / "ws"), "try PACK=1"])
+    assert ok.exit_code == 0 and "picks it up" in ok.output

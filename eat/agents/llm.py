@@ -22,6 +22,7 @@ from eat.errors import EatError
 from eat.llm import LLMClient
 from eat.runners.base import Evaluation, source_hash
 from eat.state import Candidate, RunState, Team
+from eat.steer import prompt_lines
 from eat.target import Target
 from eat.workspace import Paths, source_name
 
@@ -158,6 +159,7 @@ class LLMAgent:
         profile = self._profile(parent) if parent and self.plays(team, "profiler") else []
         changing = render("coder.md.j2", team=team, role="coder", recent=recent,
                           repeated=repeated, profile=profile,
+                          steering=prompt_lines(state, team.id),
                           language=self.target.fence,
                           idea=plan[item]["idea"] if item is not None else None,
                           parent=parent and {"cid": parent.cid, "source": source,

@@ -64,6 +64,11 @@ class LocalExecutor:
         self._inbox.put(("call", fn, reply, None))
         return reply.result()
 
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Have the main thread run `fn` when it next serves the turns (another thread's news,
+        e.g. a person's edit); the caller does not wait."""
+        self._inbox.put(("post", fn, None, None))
+
     def next_done(self) -> tuple[str, Any, BaseException | None]:
         """Serve the turns' calls until one turn ends: (team, what it returned, what it raised)."""
         while True:
@@ -74,6 +79,10 @@ class LocalExecutor:
             if kind == "done":
                 del self.busy[a]
                 return a, b, c
+            if kind == "post":
+                if not self._closed:
+                    a()
+                continue
             if self._closed:
                 b.set_exception(Cancelled("the run has stopped"))
                 continue
@@ -94,5 +103,5 @@ class LocalExecutor:
                 kind, a, b, c = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "call":
+            if kind == "call" and b is not None:
                 b.set_exception(Cancelled("the run has stopped"))
