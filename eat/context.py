@@ -40,7 +40,6 @@ class RunContext:
     reserved: int = 0                      # evaluations promised to turns in flight
     claims: dict = field(default_factory=dict)  # source hash -> team: sources in flight
     steering: Any = None                   # eat.steer.Steering while the run watches for edits
-    skill: str = ""                        # the skill the run was started with (SKILL.md)
 
     def pause(self) -> None:
         """Wait out an LLM outage: 30 s, doubling with each consecutive one, at most 10 min."""
