@@ -126,7 +126,9 @@ class EvalConfig(_Strict):
 
     seeds: int = Field(3, ge=1, description="Random input sets per workload (verify and timing).")
     warmup: int = Field(2, ge=0, description="Untimed calls per implementation and workload.")
-    min_repeats: int = Field(30, ge=3, description="Timed calls at least.")
+    min_repeats: int = Field(30, ge=3, description="Timed calls of the candidate at least (a "
+                             "baseline or vendor stops after 10 once its median's relative "
+                             "standard error is below target_rse).")
     max_repeats: int = Field(100, ge=3, description="Timed calls at most.")
     target_rse: float = Field(0.01, gt=0, description="Stop timing a workload once the relative "
                               "standard error of every implementation's median is below this "

@@ -291,6 +291,8 @@ class NativeRunner(ABC):
 
     def _made_sets(self, target: Target, job: dict, folder: Path, sizes: tuple) -> dict:
         cfg = job["config"]
+        if (folder, sizes) not in _SETS and (kept := inputs.read_manifest(folder, sizes)):
+            _SETS[(folder, sizes)] = kept | {"dir": str(folder)}  # made by an earlier process
         if (folder, sizes) not in _SETS:
             prep = {k: job[k] for k in ("args", "workloads", "reference", "config")}
             limits = sandbox.Limits(wall_s=max(600.0, cfg["timeout_s"]),
@@ -305,6 +307,7 @@ class NativeRunner(ABC):
                 why = made["error"] if made else (run.stderr.strip().splitlines() or ["died"])[-1]
                 raise HarnessError(f"target {target.name}: making its inputs with the "
                                    f"reference failed: {why[:300]}")
+            inputs.write_manifest(folder, sizes, made)
             _SETS[(folder, sizes)] = made | {"dir": str(folder)}
         return _SETS[(folder, sizes)]
 
