@@ -143,6 +143,8 @@ class EvalConfig(_Strict):
     pool_mb: int = Field(512, ge=1, description="Disk and memory for one workload's timed input "
                          "sets: every timed call gets inputs the candidate has not seen, up to "
                          "as many sets as fit here; beyond, calls cycle through them.")
+    timed: bool = Field(True, description="False: build and verify only (`eat check`); the "
+                        "evaluation is ok without a speedup.")
     flush_cache: bool = Field(False, description="Write a buffer larger than the last-level "
                               "cache before every timed call.")
     timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit per contained process.")

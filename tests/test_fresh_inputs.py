@@ -224,3 +224,14 @@ def test_a_later_process_finds_the_sets_without_asking_the_reference(tmp_path, m
     monkeypatch.setattr(native, "_SETS", {})
     assert runner.evaluate(kit, baseline, config=QUICK).ok
     assert "eat.runners.inputs" in started
+
+
+def test_a_check_verifies_without_timing():
+    """timed=False (what `eat check` asks for): a correct candidate is ok with no speedup and
+    no time spent timing; a wrong one is still caught."""
+    kit = load_target(KIT)
+    check = QUICK.model_copy(update={"timed": False})
+    ok = CpuRunner().evaluate(kit, kit.baseline_source(), config=check)
+    assert ok.status == "ok" and ok.speedup is None and "time_s" not in ok.durations
+    wrong = CpuRunner().evaluate(kit, (KIT / "wrong.c").read_text(), config=check)
+    assert wrong.status == "incorrect"

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from eat.cache import anchors_dir, builds_dir, device_lock, inputs_dir
 from eat.runners import inputs, sandbox
-from eat.runners.base import (Evaluation, HarnessError, Peaks, eat_pythonpath, read_result,
-                              source_hash, summarize)
+from eat.runners.base import (VERIFIED_ONLY, Evaluation, HarnessError, Peaks, eat_pythonpath,
+                              read_result, source_hash, summarize)
 from eat.target import EvalConfig, Target, eval_expr
 
 CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
@@ -155,8 +155,9 @@ class NativeRunner(ABC):
             t0 = time.monotonic()
             res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
-            if res["status"] != "ok":
-                return Evaluation(status=res["status"], message=res["message"],
+            if res["status"] != "ok" or not cfg.timed:
+                return Evaluation(status=res["status"], message=res["message"] if
+                                  res["status"] != "ok" else VERIFIED_ONLY,
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
             anchor_key = self._anchor_key(target, cfg, baseline_lib)
