@@ -54,17 +54,22 @@ class Desk:
         self.steps = self.submitted = 0
         self.last = None                  # the turn's latest CandidateEvaluated
         self.started = time.monotonic()
+        self.hard = False
 
     # -- limits ------------------------------------------------------------------------------
 
     def why_end(self) -> str | None:
-        """Why the agent must stop now: its turn's limits, or the run stopping; else None."""
+        """Why the agent must stop now: its turn's limits, or the run stopping; else None.
+        `hard` says whether it must stop at once (steps, wall clock) or may wrap up (its
+        submits or the run's budget are spent: what it asks now is refused)."""
+        self.hard = True
         if self.steps >= self.cfg.agent_steps:
             return f"step limit ({self.cfg.agent_steps} checks and submits a turn)"
-        if self.submitted >= self.cfg.agent_submits:
-            return f"submit limit ({self.cfg.agent_submits} a turn)"
         if time.monotonic() - self.started >= self.cfg.agent_wall_s:
             return f"wall-clock limit ({self.cfg.agent_wall_s:g} s a turn)"
+        self.hard = False
+        if self.submitted >= self.cfg.agent_submits:
+            return f"submit limit ({self.cfg.agent_submits} a turn)"
         ctx = self.ctx
         stop = ctx.on_main(lambda: ctx.halt or why_stop(ctx.state, ctx.config, ctx.elapsed()))
         return f"the run is stopping ({stop})" if stop else None

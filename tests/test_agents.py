@@ -114,3 +114,143 @@ def test_an_agent_that_submits_nothing_is_stopped_at_its_wall_clock_limit(quick_
     pid = int((ws / "worktrees" / "coordinate-1" / "idle.pid").read_text())
     assert not alive(pid)  # its background child went with it
     assert "wall-clock limit" in (ws / "teams" / "coordinate-1" / "agent.log").read_text()
+
+
+FAKE_CLI = '''#!{python}
+"""A stand-in for the {name} CLI: writes down how it was called, edits, submits, reports."""
+import json, os, subprocess, sys
+log = os.environ["FAKE_CLI_LOG"]
+with open(log, "a") as f:
+    f.write(json.dumps({{"argv": sys.argv, "cwd": os.getcwd(),
+                        "env": {{k: os.environ.get(k) for k in
+                                ("EAT_WORKSPACE", "EAT_TEAM", "EAT_TASK")}},
+                        "key": os.environ.get("ANTHROPIC_API_KEY") == {secret!r}}}) + "\\n")
+base = open("baseline.c").read()
+open("candidate.c", "w").write({fast!r} + base)
+done = subprocess.run(["eat", "submit", "-m", "ikj order", "--json"], capture_output=True,
+                      text=True)
+reply = json.loads(done.stdout)
+{report}
+'''
+CLAUDE_REPORT = '''print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
+                  "num_turns": 3, "result": reply["status"], "total_cost_usd": 0.0125,
+                  "usage": {"input_tokens": 120, "cache_read_input_tokens": 880,
+                            "cache_creation_input_tokens": 0, "output_tokens": 240}}))'''
+CODEX_REPORT = '''for event in [{"type": "thread.started", "thread_id": "t1"}, {"type": "turn.started"},
+              {"type": "item.completed", "item": {"type": "agent_message",
+                                                 "text": reply["status"]}},
+              {"type": "turn.completed", "usage": {"input_tokens": 1000,
+                                                   "cached_input_tokens": 600,
+                                                   "output_tokens": 300}}]:
+    print(json.dumps(event))'''
+
+
+@pytest.mark.parametrize("name, model, report", [
+    ("claude", "anthropic/claude-sonnet-4-5", CLAUDE_REPORT), ("codex", "offline", CODEX_REPORT)])
+def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_path,
+                                                            monkeypatch, name, model, report):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script(bindir, name, FAKE_CLI.format(python=sys.executable, name=name, fast=FAST,
+                                         secret=SECRET, report=report))
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_CLI_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    ws = tmp_path / "ws"
+    runtime = {"claude": "claude-code", "codex": "codex"}[name]
+    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(
+        lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0), agent=runtime, model=model,
+        teams=["coordinate"], max_evals=1, agent_steps=7, workers=1)
+    assert stop.code == "max_evals"
+    (call,) = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    argv = call["argv"][1:]
+    wt = ws / "worktrees" / "coordinate-1"
+    assert call["cwd"] == str(wt) and call["key"]
+    assert call["env"] == {"EAT_WORKSPACE": str(ws), "EAT_TEAM": "coordinate-1",
+                           "EAT_TASK": str(wt / "TASK.md")}
+    prompt = argv[argv.index("-p") + 1] if name == "claude" else argv[-1]
+    assert "eat submit" in prompt and "void matmul(" in prompt
+    st = run_status(ws)
+    assert st["best_candidate"] == "c0001" and st["best_speedup"] == 3.0
+    if name == "claude":
+        assert argv[argv.index("--output-format") + 1] == "json"
+        assert argv[argv.index("--max-turns") + 1] == "7"
+        assert argv[argv.index("--model") + 1] == "claude-sonnet-4-5"
+        assert st["tokens"] == {"prompt": 1000, "completion": 240, "cached": 880}
+        assert st["cost_usd"] == 0.0125
+    else:
+        assert argv[:2] == ["exec", "--json"] and "--full-auto" in argv
+        assert "--model" not in argv
+        assert st["tokens"] == {"prompt": 1000, "completion": 300, "cached": 600}
+        assert st["cost_usd"] == 0 and st["llm_unpriced_calls"] == 1
+    assert st["teams"][0]["tokens"] > 0
+    secret_nowhere(ws)
+
+
+def _pids(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_kill_9_of_eat_leaves_no_agent_process(quick_matmul, tmp_path):
+    pids = tmp_path / "pids"
+    # A shell, a background child and a daemon that leaves the process group (setsid).
+    agent = script(tmp_path, "agent.sh", f"""sleep 300 & echo $! >> {pids}
+setsid sleep 301 & echo $! >> {pids}
+echo $$ >> {pids}
+sleep 302
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w",
+                             str(tmp_path / "ws"), "--agent-command", f"sh {agent}",
+                             "--max-evals", "2", "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(_pids(pids)) < 3:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert all(alive(p) for p in _pids(pids))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in _pids(pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in _pids(pids) if alive(p)]
+
+
+def test_stop_ends_a_working_agent_within_5_s(quick_matmul, tmp_path):
+    """What a retire (or the run's stop) does to a team's agent mid-turn: `stop` ends it and
+    everything it started; the turn ends without a candidate."""
+    from eat.agents.external import CommandAgent
+    from eat.supervisor import stop_agent
+
+    pids = tmp_path / "pids"
+    agent_sh = script(tmp_path, "agent.sh", f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; "
+                      "sleep 300\n")
+    ws = tmp_path / "ws"
+    made = {}
+
+    def make_agent(team, ctx):
+        made[team.id] = CommandAgent("command", ctx, command=f"sh {agent_sh}")
+        ctx.agents[team.id] = made[team.id]
+        threading.Thread(target=retire_soon, args=(ctx, team.id), daemon=True).start()
+        return made[team.id]
+
+    took = []
+
+    def retire_soon(ctx, team_id):
+        while len(_pids(pids)) < 2:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        stop_agent(ctx, team_id, "the team was retired")
+        while any(alive(p) for p in _pids(pids)):
+            time.sleep(0.02)
+        took.append(time.monotonic() - t0)
+
+    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(lambda k: 2.0), agent="command",
+                        agent_command="true", teams=["coordinate"], max_evals=2, no_progress=1,
+                        workers=1, make_agent=make_agent)
+    assert stop.code == "no_progress"
+    assert took and took[0] < 5
+    (failed,) = events(ws, "attempt_failed")
+    assert "retired" in failed.reason

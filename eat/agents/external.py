@@ -293,8 +293,9 @@ class CommandAgent:
                         team.id, ctx.target.language))
                     why = self._stopped or desk.why_end()
                     if why:
-                        if not self._stopped:  # let it read the answers it was given first
-                            _wait_read(paths.requests(team.id), proc)
+                        if not self._stopped and not desk.hard:
+                            self._wrap_up(proc, desk, paths.requests(team.id),
+                                          paths.work_source(team.id, ctx.target.language))
                         _end(proc)
                         break
                     time.sleep(self.poll_s)
@@ -312,6 +313,14 @@ class CommandAgent:
             desk.submit(source, f"{self.preset.name}'s edit at the end of its turn")
         return why
 
+    def _wrap_up(self, proc, desk, folder, source, grace_s: float = 5.0) -> None:
+        """Its submits or the run's budget are spent: give it a moment to finish (and report
+        its usage) on its own, answering what it asks with refusals."""
+        deadline = time.monotonic() + grace_s
+        while proc.poll() is None and time.monotonic() < deadline and not self._stopped:
+            desk.serve(folder, source)
+            time.sleep(self.poll_s)
+
     def _report(self, team: Team, output: str, why: str) -> None:
         """Log the agent's output (secrets masked) and the usage it reported."""
         ctx = self.ctx
@@ -327,14 +336,6 @@ class CommandAgent:
         with open(log, "a") as f:
             f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {self.preset.name}: {why}\n")
             f.write(redact(output[-100_000:]))
-
-
-def _wait_read(folder, proc: subprocess.Popen, grace_s: float = 2.0) -> None:
-    """Wait (a little) until the agent has read the answers waiting for it."""
-    deadline = time.monotonic() + grace_s
-    while any(folder.glob("*.reply.json")) and proc.poll() is None and \
-            time.monotonic() < deadline:
-        time.sleep(0.02)
 
 
 def _end(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
