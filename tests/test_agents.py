@@ -254,3 +254,45 @@ def test_stop_ends_a_working_agent_within_5_s(quick_matmul, tmp_path):
     assert took and took[0] < 5
     (failed,) = events(ws, "attempt_failed")
     assert "retired" in failed.reason
+
+
+def _tool_step(*calls):
+    from llm_server import Reply
+    return Reply("", tool_calls=list(calls), prompt_tokens=400, completion_tokens=60)
+
+
+@pytest.mark.slow
+def test_the_tools_runtime_edits_checks_and_submits_a_faster_kernel(quick_matmul, tmp_path,
+                                                                    llm_server):
+    base = (quick_matmul / "baseline.c").read_text()
+    llm_server.push(
+        _tool_step(("read_file", {"path": "TASK.md"}), ("list_files", {})),
+        _tool_step(("write_file", {"path": "candidate.c", "content": base})),
+        _tool_step(("edit_file", {"path": "candidate.c", "old": base[:40],
+                                  "new": FAST + base[:40]})),
+        _tool_step(("check", {}), ("profile", {})),
+        _tool_step(("write_file", {"path": "baseline.c", "content": "x"}),
+                   ("write_notes", {"text": "ikj at -O3 vectorizes the inner loop"})),
+        _tool_step(("submit", {"message": "ikj loop order at -O3"})),
+        "Submitted my best version.")   # not asked: the run's one evaluation is spent
+    ws = tmp_path / "ws"
+    _, stop = start_run(quick_matmul, ws, agent="tools", model="openai/eat-test-model",
+                        api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
+                        workers=1, llm_backoff_s=0, llm_timeout_s=20)
+    assert stop.code == "max_evals"
+    st = run_status(ws)
+    assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
+    assert st["llm_calls"] == 6 and st["tokens"]["prompt"] == 6 * 400
+    assert llm_server.pending == 1
+    # What each tool answered went back to the model.
+    msgs = llm_server.requests[-1].messages
+    tool_results = [m["content"] for m in msgs if m["role"] == "tool"]
+    assert "Task: make `matmul` faster" in tool_results[0]
+    assert "candidate.c" in tool_results[1] and "TASK.md" in tool_results[1]
+    assert json.loads(tool_results[4])["status"] == "ok"                   # check
+    assert "vectorized" in json.loads(tool_results[5])["profile"]          # profile
+    assert "only the candidate file" in tool_results[6]                    # baseline refused
+    (c,) = events(ws, "candidate_evaluated")
+    assert c.idea == "ikj loop order at -O3" and c.status == "ok"
+    assert llm_server.requests[0].get("tools")[0]["function"]["name"] == "read_file"
+    assert "vectorizes" in (ws / "teams" / "coordinate-1" / "NOTES.md").read_text()
