@@ -296,3 +296,30 @@ def test_the_tools_runtime_edits_checks_and_submits_a_faster_kernel(quick_matmul
     assert c.idea == "ikj loop order at -O3" and c.status == "ok"
     assert llm_server.requests[0].get("tools")[0]["function"]["name"] == "read_file"
     assert "vectorizes" in (ws / "teams" / "coordinate-1" / "NOTES.md").read_text()
+
+
+@pytest.mark.slow
+def test_mini_swe_agent_edits_checks_and_submits_through_bash(quick_matmul, tmp_path,
+                                                             llm_server):
+    pytest.importorskip("minisweagent")
+    bash = lambda cmd: _tool_step(("bash", {"command": cmd}))  # noqa: E731
+    llm_server.push(
+        bash("head -5 TASK.md"),
+        bash(f"{{ printf '{FAST}'; cat baseline.c; }} > candidate.c && eat check"),
+        bash("eat submit -m 'ikj loop order at -O3'"),
+        bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
+    ws = tmp_path / "ws"
+    _, stop = start_run(quick_matmul, ws, agent="mini-swe-agent", model="openai/eat-test-model",
+                        api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
+                        workers=1)
+    assert stop.code == "max_evals"
+    st = run_status(ws)
+    assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
+    assert len(events(ws, "candidate_checked")) == 1
+    outputs = [m["content"] for m in llm_server.requests[-1].messages if m["role"] == "tool"]
+    assert "Task: make `matmul` faster" in outputs[0] and "ok" in outputs[1]
+    assert "c0001" in outputs[2]
+    # The driver's usage report is counted: one llm_called event for the turn's 4 calls.
+    (call,) = events(ws, "llm_called")
+    assert call.agent == "coordinate-1/mini-swe-agent" and call.prompt_tokens == 4 * 400
+    assert st["tokens"]["prompt"] == 1600
