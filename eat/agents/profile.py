@@ -94,10 +94,9 @@ def speed_of_light(csv_text: str) -> str:
         return ""
     kernels: dict[str, dict[str, str]] = {}
     for row in csv.DictReader(io.StringIO(csv_text[start:])):
-        name = row.get("Kernel Name", "?")
         unit = row.get("Metric Unit", "")
-        kernels.setdefault(name, {})[row.get("Metric Name", "")] = \
-            f"{row.get('Metric Value', '')}{' ' + unit if unit and unit != '%' else '%' if unit else ''}"
+        value = row.get("Metric Value", "") + ("%" if unit == "%" else f" {unit}" if unit else "")
+        kernels.setdefault(row.get("Kernel Name", "?"), {})[row.get("Metric Name", "")] = value
     lines = []
     for name, m in kernels.items():
         parts = [f"{k.lower()} {m[k]}" for k in ("Compute (SM) Throughput", "Memory Throughput",
