@@ -275,3 +275,4 @@ def test_a_reviewer_sends_a_flawed_candidate_back_and_the_profile_reaches_the_co
     coder = [r for r in llm_server.requests if "## Profile of the starting point"
              in json.dumps(r.messages)]
     assert coder and "GFLOP/s" in json.dumps(coder[0].messages) and second.parent == "c0001"
+    assert "vectorized: line" in json.dumps(coder[0].messages)  # the compiler's remarks too

@@ -125,12 +125,16 @@ class LLMAgent:
 
     def _profile(self, c: Candidate) -> list[str]:
         """The profiler's view of a candidate: per workload, its time against the baseline and
-        the vendor, throughput and fraction of the device's peak."""
+        the vendor, throughput and fraction of the device's peak; then what the compiler (or
+        the GPU profiler, where it runs) says of its loops."""
+        from eat.agents.profile import profile
+
         path = self.paths.result(c.team, c.cid)
         if not path.is_file():
             return []
         ev = Evaluation.model_validate_json(path.read_text())
-        return [w.summary() for w in ev.workloads]
+        return [w.summary() for w in ev.workloads] + \
+            profile(self.target, self.source_of(c)).splitlines()
 
     # -- turns -------------------------------------------------------------------------------
 
