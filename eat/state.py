@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eat.config import PlateauConfig
-from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, LLMCalled,
+from eat.events import (AttemptFailed, CandidateChecked, CandidateEvaluated, EliteRetimed, Event, LLMCalled,
                         PlanUpdated, PlateauDetected, RestructureScored, Restructured,
                         RunStarted, SupervisorAdvised, TeamExhausted, TeamSpawned)
 
@@ -171,6 +171,7 @@ class RunState:
         self.evaluations = 0               # candidates evaluated
         self.retimes = 0                   # re-times of an elite (they spend evaluations too)
         self.failed_attempts = 0           # turns without a candidate, outages aside
+        self.checks = 0                    # `eat check` answers (build and verify)
         self.attempts_since_eval = 0
         self.repeated_since_eval: dict[str, int] = {}  # candidate -> duplicates of it since
         self.leaders: list[Candidate] = []
@@ -274,6 +275,8 @@ class RunState:
                     self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
             case AttemptFailed():
                 self._attempt_failed(e)
+            case CandidateChecked():
+                self.checks += 1
             case TeamExhausted():
                 if e.team in self.teams:
                     self.teams[e.team].exhausted = True
