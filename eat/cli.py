@@ -278,8 +278,7 @@ def _agent_request(kind: str, message: str, as_json: bool) -> None:
     else:
         head = reply["status"] + (f" {reply['candidate']}" if reply.get("candidate") else "")
         if reply.get("speedup"):
-            head += f"  speedup {reply['speedup']:.2f}x" + (" (rough)" if reply.get("rough")
-                                                          else "")
+            head += f"  speedup {reply['speedup']:.2f}x"
         if reply.get("new_best"):
             head += "  (the run's new best)"
         out.print(head, markup=False)
@@ -307,8 +306,8 @@ def submit(message: str = typer.Option("", "--message", "-m", help="What this ca
 @app.command()
 @_reports_errors
 def check(as_json: bool = _AS_JSON):
-    """Inside a team's worktree (an agent): build and verify the candidate file, with a rough
-    timing. Exit 0 when it is correct."""
+    """Inside a team's worktree (an agent): build and verify the candidate file, without
+    timing it. Exit 0 when it is correct."""
     _agent_request("check", "", as_json)
 
 

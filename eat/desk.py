@@ -107,17 +107,16 @@ class Desk:
                         submits_left=self.cfg.agent_submits - self.submitted)
 
     def check(self, source: str) -> dict:
-        """Build and verify `source`, timed for a few rounds only (a rough speedup)."""
+        """Build and verify `source`, without timing it (no speedup: `submit` times)."""
         if refused := self._refused():
             return refused
         ctx = self.ctx
-        cfg = (ctx.eval_config or ctx.target.evaluation).model_copy(update={
-            "warmup": 1, "min_repeats": 3, "max_repeats": 3, "race_rounds": 0})
+        cfg = (ctx.eval_config or ctx.target.evaluation).model_copy(update={"timed": False})
         ev = ctx.runner.evaluate(ctx.target, source, config=cfg)
         self.turn.record(ctx, CandidateChecked(team=self.turn.team, source_hash=ev.source_hash,
                                                status=ev.status, speedup=ev.speedup,
                                                message=ev.message[:300]))
-        return reply_of(ev, rough=True)
+        return reply_of(ev)
 
     def profile(self, source: str) -> dict:
         """The profile of `source`: its evaluation's per-workload lines where it was

@@ -38,7 +38,7 @@ TOOLS = [
           path="Path relative to the worktree.", old="Exact text to replace (unique).",
           new="Replacement text."),
     _tool("list_files", "List the worktree's files."),
-    _tool("check", "Build and verify the candidate file; a rough timing."),
+    _tool("check", "Build and verify the candidate file (no timing: submit times it)."),
     _tool("submit", "Evaluate the candidate file fully and record it as the team's candidate.",
           message="One line: what this candidate tries."),
     _tool("profile", "Per-workload times and fraction of peak (once submitted), and the "
