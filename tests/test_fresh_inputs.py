@@ -235,3 +235,24 @@ def test_a_check_verifies_without_timing():
     assert ok.status == "ok" and ok.speedup is None and "time_s" not in ok.durations
     wrong = CpuRunner().evaluate(kit, (KIT / "wrong.c").read_text(), config=check)
     assert wrong.status == "incorrect"
+
+
+def test_an_anchor_is_kept_per_workload_list(tmp_path):
+    """Two copies of a target that differ only in their workloads share the baseline's build
+    but not an anchor: one ratio per workload, so another list's would not fit."""
+    kits = []
+    for name, rows in (("a", [8, 16]), ("b", [8, 16, 24])):
+        kit = tmp_path / name / "matmul"
+        shutil.copytree(ROOT / "examples" / "cpu_matmul", kit)
+        toml = kit / "target.toml"
+        text = toml.read_text()
+        text = text[:text.index("[[workloads]]")] + "".join(
+            f"[[workloads]]\nM = {n}\nN = {n}\nK = {n}\n\n" for n in rows) + \
+            text[text.index("[tolerance]"):]
+        toml.write_text(text)
+        kits.append(load_target(kit))
+    a, b = kits
+    runner = CpuRunner()
+    assert runner.evaluate(a, a.baseline_source(), config=QUICK).ok
+    ev = runner.evaluate(b, b.baseline_source(), config=QUICK)
+    assert ev.ok and "scaled" not in ev.detail and all(w.speedup for w in ev.workloads)

@@ -203,9 +203,10 @@ class NativeRunner(ABC):
 
     def _anchor_key(self, target: Target, cfg: EvalConfig, baseline_lib: Path) -> str:
         """What an anchor holds for: the baseline build (its key names the device), the
-        vendor's source, the timing settings."""
+        vendor's source, the workloads (one ratio each), the timing settings."""
         vendor = target.path(target.vendor.file).read_text() if target.vendor else ""
-        return hashlib.sha256("\0".join([str(baseline_lib), vendor, cfg.model_dump_json()])
+        return hashlib.sha256("\0".join([str(baseline_lib), vendor, json.dumps(
+            target.workloads), json.dumps(target.shapes), cfg.model_dump_json()])
                               .encode()).hexdigest()[:16]
 
     @property
