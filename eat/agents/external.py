@@ -234,7 +234,7 @@ def _contained() -> Callable[[], None]:
     return apply
 
 
-class CommandAgent:
+class CommandAgent:  # a base.Worker
     """A team's external agent (`runtime`: command or a preset of it)."""
 
     def __init__(self, preset: str, ctx, command: str | None = None, model: str | None = None,
@@ -244,12 +244,6 @@ class CommandAgent:
         self._proc: subprocess.Popen | None = None
         self._stopped: str | None = None
         self._lock = threading.Lock()
-
-    def propose(self, team: Team, state: RunState):  # the loop calls work(); kept for Agent
-        raise NotImplementedError
-
-    def repair(self, team, state, failed, log):
-        return None
 
     def stop(self, why: str = "stopped by eat") -> None:
         """End the agent's process (and everything it started) now, from any thread."""

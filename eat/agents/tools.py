@@ -48,18 +48,12 @@ TOOLS = [
 ]
 
 
-class ToolsAgent:
+class ToolsAgent:  # a base.Worker
     """A team's tool-calling agent; `client` is the run's LLMClient for the team's model."""
 
     def __init__(self, client: LLMClient, paths: Paths):
         self.client, self.paths = client, paths
         self._stopped: str | None = None
-
-    def propose(self, team: Team, state: RunState):  # the loop calls work()
-        raise NotImplementedError
-
-    def repair(self, team, state, failed, log):
-        return None
 
     def stop(self, why: str = "stopped by eat") -> None:
         """End the loop before its next model call."""
