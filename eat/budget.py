@@ -70,6 +70,8 @@ def why_stop(state: RunState, config: RunConfig, elapsed_s: float) -> Stop | Non
         return Stop("max_time", f"{elapsed_s:.0f} s of {config.max_time_s:g} s")
     if stop := llm_budget_spent(state, config):
         return stop
+    if state.checks >= config.check_cap():
+        return Stop("max_checks", f"{state.checks} checks of {config.check_cap()} allowed")
     attempts, cap = state.evaluations + state.failed_attempts, config.attempt_cap()
     if attempts >= cap:
         return Stop("max_attempts", f"{attempts} attempts of {cap} allowed "

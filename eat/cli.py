@@ -195,6 +195,11 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
           max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS,
           executor: str = _EXECUTOR, ray_address: str = _RAY_ADDRESS,
           seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
+          agent: str = typer.Option(None, "--agent", help="Agent runtime of every team: "
+                                    "prompt, tools, command, claude-code, codex, aider, "
+                                    "mini-swe-agent (default: each preset's)."),
+          agent_command: str = typer.Option(None, "--agent-command", help="The command the "
+                                            "`command` runtime runs in a team's worktree."),
           config: Path = typer.Option(None, "--config",
                                       help="TOML file of run settings (default: ./eat.toml if "
                                       "present); flags override it.")):
@@ -206,8 +211,11 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
                                ("max_time_s", max_time), ("max_cost_usd", max_cost),
                                ("api_base", api_base), ("supervisor_model", supervisor_model),
                                ("max_llm_calls", max_llm_calls), ("workers", workers),
-                               ("executor", executor), ("ray_address", ray_address)]
+                               ("executor", executor), ("ray_address", ray_address),
+                               ("agent", agent), ("agent_command", agent_command)]
              if v is not None}
+    if agent_command is not None and agent is None:
+        flags["agent"] = "command"
     options = settings_file(config) | flags
     shown = make_config(target=str(target), **options)
     _run_with_progress(start_run, target, workspace, shown_evals=shown.max_evals,
@@ -273,6 +281,54 @@ def steer(workspace: Path = typer.Argument(..., help="Workspace folder of the ru
     _, running = send(workspace, text, team)
     out.print("sent: the run picks it up within 2 s" if running else
               "queued: the run picks it up when it resumes (eat resume)", markup=False)
+def _agent_request(kind: str, message: str, as_json: bool) -> None:
+    from eat.desk import ask
+
+    reply = ask(kind, message)
+    if as_json:
+        sys.stdout.write(json.dumps(reply, indent=2) + "\n")
+    else:
+        head = reply["status"] + (f" {reply['candidate']}" if reply.get("candidate") else "")
+        if reply.get("speedup"):
+            head += f"  speedup {reply['speedup']:.2f}x"
+        if reply.get("new_best"):
+            head += "  (the run's new best)"
+        out.print(head, markup=False)
+        for line in reply.get("workloads", []):
+            out.print(f"  {line}", markup=False)
+        if reply.get("status") != "ok" or kind != "submit":
+            for key in ("message", "log", "profile"):
+                if reply.get(key):
+                    out.print(str(reply[key]).rstrip(), markup=False)
+    raise typer.Exit(0 if reply.get("status") == "ok" else 1)
+
+
+_AS_JSON = typer.Option(False, "--json", help="Print the reply as JSON.")
+
+
+@app.command()
+@_reports_errors
+def submit(message: str = typer.Option("", "--message", "-m", help="What this candidate tries."),
+           as_json: bool = _AS_JSON):
+    """Inside a team's worktree (an agent): evaluate the candidate file and keep it as the
+    team's candidate. Exit 0 when it is correct."""
+    _agent_request("submit", message, as_json)
+
+
+@app.command()
+@_reports_errors
+def check(as_json: bool = _AS_JSON):
+    """Inside a team's worktree (an agent): build and verify the candidate file, without
+    timing it. Exit 0 when it is correct."""
+    _agent_request("check", "", as_json)
+
+
+@app.command()
+@_reports_errors
+def profile(as_json: bool = _AS_JSON):
+    """Inside a team's worktree (an agent): the candidate's per-workload times (once
+    submitted) and what the compiler or the GPU profiler says of it."""
+    _agent_request("profile", "", as_json)
 
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn a KernelBench, GPU MODE or "

@@ -7,12 +7,17 @@ from pathlib import Path
 from typing import Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from eat.errors import BadInput
 
 
-LLM_CALLS_PER_EVAL, ATTEMPTS_PER_EVAL, SPAWNED_PER_TEAM = 10, 3, 3
+LLM_CALLS_PER_EVAL, ATTEMPTS_PER_EVAL, SPAWNED_PER_TEAM, CHECKS_PER_EVAL = 10, 3, 3, 5
+# Agent runtimes: `prompt` (one reply per turn), `tools` (eat's tool-calling loop), and the
+# external agents run in the team's worktree (`command` and its presets).
+RUNTIMES = ("prompt", "tools", "command", "claude-code", "codex", "aider", "mini-swe-agent")
+Runtime = Literal["prompt", "tools", "command", "claude-code", "codex", "aider",
+                  "mini-swe-agent"]
 
 
 class PlateauConfig(BaseModel):
@@ -102,6 +107,22 @@ class RunConfig(BaseModel):
     ray_address: str | None = Field(None, description="A running Ray cluster to use with "
                                     "executor 'ray'; None: a local Ray instance on loopback, "
                                     "started and ended with the run.")
+    agent: Runtime | None = Field(None, description="Agent runtime of every team: prompt, "
+                                  "tools, command, claude-code, codex, aider, mini-swe-agent; "
+                                  "None: each preset's `runtime`, else offline or prompt as "
+                                  "--model says.")
+    agent_command: str | None = Field(None, description="Shell command the `command` runtime "
+                                      "runs in a team's worktree, with EAT_WORKSPACE, EAT_TEAM "
+                                      "and EAT_TASK set; it submits with `eat submit`.")
+    agent_wall_s: float = Field(900.0, gt=0, description="Wall-clock seconds an agent may work "
+                                "in one turn; then it is stopped.")
+    agent_steps: int = Field(30, ge=1, description="Steps an agent may take in one turn: model "
+                             "calls of the tools loop (and an external CLI's turns, where it "
+                             "takes a limit), and its checks and submits; then it is stopped.")
+    agent_submits: int = Field(3, ge=1, description="Candidates an agent may submit in one turn "
+                               "(each one an evaluation of max_evals).")
+    max_checks: int | None = Field(None, ge=0, description="`eat check` calls in the whole run; "
+                                   f"None: {CHECKS_PER_EVAL} per evaluation of max_evals.")
     supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
                             "False keeps the starting teams as they are (a baseline to compare "
                             "the supervisor against).")
@@ -124,6 +145,16 @@ class RunConfig(BaseModel):
 
     def spawn_cap(self) -> int:
         return self.max_spawned or SPAWNED_PER_TEAM * self.max_teams
+
+    def check_cap(self) -> int:
+        return self.max_checks if self.max_checks is not None else \
+            CHECKS_PER_EVAL * self.max_evals
+
+    @model_validator(mode="after")
+    def _command_given(self) -> RunConfig:
+        if self.agent == "command" and not self.agent_command:
+            raise ValueError("the command runtime needs --agent-command")
+        return self
 
 
 def _first_error(e: ValidationError) -> str:

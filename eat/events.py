@@ -36,7 +36,7 @@ class RunStopped(_Event):
     type: Literal["run_stopped"] = "run_stopped"
     reason: str = Field(description="Why, in one line for people.")
     code: str = Field("", description="Why, as a stable code: max_evals, max_time, max_cost, "
-                      "max_llm_calls, max_attempts, no_progress, exhausted, llm_unusable, "
+                      "max_llm_calls, max_attempts, max_checks, no_progress, exhausted, llm_unusable, "
                       "interrupted ('' in logs older than the codes).")
 
 
@@ -144,12 +144,21 @@ class SupervisorAdvised(_Event):
 class AttemptFailed(_Event):
     type: Literal["attempt_failed"] = "attempt_failed"
     team: str
-    kind: Literal["malformed", "duplicate", "llm_error", "outage"]
+    kind: Literal["malformed", "duplicate", "llm_error", "outage", "no_candidate"]
     reason: str
     repeats: str | None = Field(None, description="The candidate a duplicate repeats.")
     seen_seq: int | None = Field(None, description="With turns running at once: the log's seq "
                                  "when its turn began, the state its proposal saw (None: one turn "
                                  "at a time, it saw every event before it).")
+
+
+class CandidateChecked(_Event):
+    type: Literal["candidate_checked"] = "candidate_checked"
+    team: str
+    source_hash: str
+    status: str = Field(description="Built and verified: ok, or the failing status.")
+    speedup: float | None = Field(None, description="From a few timed rounds only: rough.")
+    message: str = ""
 
 
 class TeamExhausted(_Event):
@@ -173,7 +182,7 @@ class HumanSteered(_Event):
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
                         EliteRetimed, PlateauDetected, Restructured, RestructureScored,
                         LLMCalled, AttemptFailed, SupervisorAdvised, PlanUpdated,
-                        TeamExhausted, HumanSteered],
+                        TeamExhausted, HumanSteered, CandidateChecked],
                   Field(discriminator="type")]
 EVENT = TypeAdapter(Event)
 
@@ -217,6 +226,8 @@ def describe(e: Event) -> str:
         case HumanSteered():
             who = f"team {e.team}" if e.team else "the run"
             return f"a person steered {who} ({e.source}): {' '.join(e.text.split())[:200]}"
+        case CandidateChecked():
+            return f"team {e.team} checked a candidate: {e.status} {e.message[:100]}"
         case AttemptFailed():
             return f"team {e.team}: attempt failed ({e.kind}): {e.reason[:160]}"
         case PlanUpdated():

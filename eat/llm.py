@@ -185,6 +185,11 @@ class LLMClient:
              **extra: Any) -> str:
         """The reply's text; raises BudgetSpent before a try the budget refuses, LLMError after
         the last try."""
+        return self.complete(messages, agent=agent, team=team, **extra).content or ""
+
+    def complete(self, messages: list[dict], *, agent: str, team: str | None = None,
+                 **extra: Any):
+        """The reply's message (text and tool calls: pass `tools=`), as `chat`."""
         s = self.settings
         litellm = _litellm()
         kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "timeout": s.timeout_s,
@@ -222,7 +227,7 @@ class LLMClient:
                 wait *= 2
                 continue
             self.record(self._usage(response, agent, team))
-            return response.choices[0].message.content or ""
+            return response.choices[0].message
         raise AssertionError("unreachable")
 
     def _usage(self, response, agent: str, team: str | None) -> Call:

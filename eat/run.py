@@ -11,6 +11,7 @@ from typing import Callable
 from eat import learning, supervisor
 from eat.advisor import LLMAdvisor
 from eat.budget import INTERRUPTED, Stop, llm_budget_spent
+from eat.agents.external import CommandAgent, check_preset
 from eat.agents.llm import LLMAgent
 from eat.agents.offline import OfflineAgent
 from eat.config import RunConfig, make_config
@@ -62,15 +63,27 @@ def _make_agent_factory(config: RunConfig, target: Target, presets: dict):
     """(team, ctx) -> its agent: offline knob search, or the LLM agent with each role's model."""
     for model in {config.model, config.supervisor_model} - {"offline", None}:
         check_model(model, config.api_base)
-    if config.model == "offline" and not target.knobs:
+    runtimes = {config.agent} if config.agent else {p.runtime for p in presets.values()
+                                                     if p.name in config.start_teams()}
+    for runtime in runtimes - {None, "prompt", "tools"}:
+        check_preset(runtime, config.model)
+    if {"prompt", "tools"} & runtimes and config.model == "offline":
+        raise BadInput("the prompt and tools runtimes need --model (a litellm model)")
+    if config.model == "offline" and not target.knobs and not config.agent:
         raise BadInput(f"{target.root}: declares no knobs, and the offline agents search knobs "
-                       "(give --model a litellm model to use LLM agents)")
+                       "(give --model a litellm model to use LLM agents, or --agent)")
 
     def make(team, ctx: RunContext):
         spec = presets.get(team.preset)
+        runtime = config.agent or (spec.runtime if spec else None)
+        if runtime == "tools":
+            from eat.agents.tools import ToolsAgent
+            return ToolsAgent(llm_client(ctx, config.model), ctx.ws.paths)
+        if runtime not in (None, "prompt"):
+            return CommandAgent(runtime, ctx, command=config.agent_command, model=config.model)
         roles = {r.name: r for r in spec.roles} if spec else {}
-        llm_roles = {n: r for n, r in roles.items() if r.agent == "llm" or
-                     (r.agent == "auto" and config.model != "offline")}
+        llm_roles = {n: r for n, r in roles.items() if r.agent == "llm" or runtime == "prompt"
+                     or (r.agent == "auto" and config.model != "offline")}
         if not llm_roles:
             return OfflineAgent(target, seed=config.seed)
 

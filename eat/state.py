@@ -12,11 +12,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eat.config import PlateauConfig
-from eat.events import (AttemptFailed, CandidateEvaluated, EliteRetimed, Event, HumanSteered,
-                        LLMCalled, PlanUpdated, PlateauDetected, RestructureScored, Restructured,
-                        RunStarted, SupervisorAdvised, TeamExhausted, TeamSpawned)
+from eat.events import (AttemptFailed, CandidateChecked, CandidateEvaluated, EliteRetimed, Event,
+                        HumanSteered, LLMCalled, PlanUpdated, PlateauDetected, RestructureScored,
+                        Restructured, RunStarted, SupervisorAdvised, TeamExhausted, TeamSpawned)
 
 LOCAL = frozenset({"coordinate", "refiner"})
+
+
+class Said:
+    """People's latest steering (the last 24 edits), one object shared by the live state and
+    every snapshot of it: a turn in flight sees what a person said after the turn began. Only
+    the main thread adds; a reader on a worker thread sees one immutable tuple or the next."""
+
+    def __init__(self) -> None:
+        self._events: tuple[HumanSteered, ...] = ()
+
+    def add(self, e: HumanSteered) -> None:
+        self._events = (self._events + (e,))[-24:]
+
+    def __iter__(self):
+        return iter(self._events)
+
+    def __deepcopy__(self, memo) -> "Said":
+        return self
 PLATEAU_KINDS = ("stalled", "failing", "exhausted", "converged", "repeating")
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 LESSONS_KEPT, LESSONS_BATCH = 40, 16
@@ -171,6 +189,7 @@ class RunState:
         self.evaluations = 0               # candidates evaluated
         self.retimes = 0                   # re-times of an elite (they spend evaluations too)
         self.failed_attempts = 0           # turns without a candidate, outages aside
+        self.checks = 0                    # `eat check` answers (build and verify)
         self.attempts_since_eval = 0
         self.repeated_since_eval: dict[str, int] = {}  # candidate -> duplicates of it since
         self.leaders: list[Candidate] = []
@@ -199,7 +218,7 @@ class RunState:
         self.usage = Usage()
         self.agent_usage: dict[str, Usage] = {}
         self.supervisor_notes: deque[str] = deque(maxlen=9)
-        self.steering: deque[HumanSteered] = deque(maxlen=24)  # people's latest edits
+        self.steering = Said()  # people's latest edits
         self.steer_refs: set[str] = set()  # `eat steer` messages already recorded
 
     @classmethod
@@ -281,11 +300,13 @@ class RunState:
                     self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
             case AttemptFailed():
                 self._attempt_failed(e)
+            case CandidateChecked():
+                self.checks += 1
             case TeamExhausted():
                 if e.team in self.teams:
                     self.teams[e.team].exhausted = True
             case HumanSteered():
-                self.steering.append(e)
+                self.steering.add(e)
                 if e.ref:
                     self.steer_refs.add(e.ref)
                 if e.source == "directive" and e.team in self.teams:

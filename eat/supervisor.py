@@ -57,7 +57,7 @@ def should_stop(ctx: RunContext) -> Stop | None:
 def limits(ctx: RunContext) -> Limits:
     """What bounds the rules' decisions in this run: team counts, and the presets that can run
     on this target (knob searches need knobs)."""
-    offline = ctx.config.model == "offline"
+    offline = ctx.config.model == "offline" and ctx.config.agent is None  # knob search only
 
     def usable(preset) -> bool:
         if all(r.agent == "offline" for r in preset.roles):  # knob search, kept to offline runs
@@ -110,9 +110,20 @@ def handle_turn_error(ctx: RunContext, team_id: str, error: BaseException) -> No
         ctx.pause()  # an outage pauses the teams; the run goes on afterwards
 
 
+def stop_agent(ctx: RunContext, team_id: str, why: str) -> None:
+    """End the team's agent process now, where it has one (an external agent mid-turn): what
+    it submitted is kept, its branch too."""
+    agent = ctx.agents.get(team_id)
+    if hasattr(agent, "stop"):
+        agent.stop(why)
+
+
 def finish_turns(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -> None:
-    """The run stops: let the turns in flight end and keep what they found (their
-    evaluations were reserved within the budget); their errors no longer matter."""
+    """The run stops: stop the agents at work, let the turns in flight end and keep what they
+    found (their evaluations were reserved within the budget); their errors no longer
+    matter."""
+    for team_id in list(pool.busy):
+        stop_agent(ctx, team_id, "the run stopped")
     for team_id, _, error in pool.drain():
         end_turn(ctx, turns.pop(team_id))
         if error is not None and not isinstance(error, (BudgetSpent, LLMError, Cancelled)):
@@ -180,6 +191,8 @@ def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
             events = operation_events(op, ctx.state, key, seed, ctx.presets)
             for event in events:
                 ctx.record(event)
+                if getattr(event, "op", None) == "retire":
+                    stop_agent(ctx, event.team, "the team was retired")
             team_id = events[-1].team
             if team_id in ctx.state.teams:
                 write_notes(ctx.state.teams[team_id], ctx)
@@ -257,6 +270,8 @@ def run(ctx: RunContext) -> Stop:
                 # Between steps the checkpoint holds nothing a resume needs: keep it small.
                 saver.delete_thread(cfg["configurable"]["thread_id"])
     finally:
+        for team_id in list(pool.busy):  # after Ctrl-C or an error: no agent works on
+            stop_agent(ctx, team_id, "the run stopped")
         pool.close()  # after Ctrl-C or an error: turns still in flight write nothing more
         ctx.executor = None
         conn.close()

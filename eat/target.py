@@ -126,7 +126,9 @@ class EvalConfig(_Strict):
 
     seeds: int = Field(3, ge=1, description="Random input sets per workload (verify and timing).")
     warmup: int = Field(2, ge=0, description="Untimed calls per implementation and workload.")
-    min_repeats: int = Field(30, ge=3, description="Timed calls at least.")
+    min_repeats: int = Field(30, ge=3, description="Timed calls of the candidate at least (a "
+                             "baseline or vendor stops after 10 once its median's relative "
+                             "standard error is below target_rse).")
     max_repeats: int = Field(100, ge=3, description="Timed calls at most.")
     target_rse: float = Field(0.01, gt=0, description="Stop timing a workload once the relative "
                               "standard error of every implementation's median is below this "
@@ -141,6 +143,8 @@ class EvalConfig(_Strict):
     pool_mb: int = Field(512, ge=1, description="Disk and memory for one workload's timed input "
                          "sets: every timed call gets inputs the candidate has not seen, up to "
                          "as many sets as fit here; beyond, calls cycle through them.")
+    timed: bool = Field(True, description="False: build and verify only (`eat check`); the "
+                        "evaluation is ok without a speedup.")
     flush_cache: bool = Field(False, description="Write a buffer larger than the last-level "
                               "cache before every timed call.")
     timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit per contained process.")

@@ -14,10 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import eat.teams
 from eat import learning
+from eat.config import Runtime
 from eat.context import RunContext
 from eat.errors import BadInput
 from eat.agents.base import Proposal
 from eat.agents.llm import AttemptError
+from eat.llm import redact
 from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted
 from eat.runners.base import Evaluation, source_hash
 from eat.plateau import is_local
@@ -51,6 +53,9 @@ class TeamSpec(BaseModel):
     directive: str = Field(description="What the team is told to do.")
     roles: list[Role] = Field(min_length=1)
     share: float = Field(1.0, gt=0, description="Relative budget share.")
+    runtime: Runtime | None = Field(None, description="How its agent works (`--agent` overrides "
+                                    "it): prompt, tools, command, claude-code, codex, aider, "
+                                    "mini-swe-agent; None: offline or prompt as --model says.")
 
 
 def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
@@ -126,7 +131,11 @@ def step(turn: Turn, agent, ctx: RunContext) -> CandidateEvaluated | AttemptFail
     """One turn of a team: its candidate's event, or the failed attempt's; None when its agent
     has nothing left to try (the team is exhausted). A failed candidate gets up to
     `config.repairs` repairs from an agent that can repair, each evaluated in the same turn.
-    Runs on a worker thread or the main one; every write goes through `ctx` to the main one."""
+    Runs on a worker thread or the main one; every write goes through `ctx` to the main one.
+    An agent that works over several steps (`work`) submits its candidates itself."""
+    if hasattr(agent, "work"):
+        from eat.desk import work_turn
+        return work_turn(turn, agent, ctx)
     # plan + implement: the agent picks an idea and writes the source
     try:
         proposal = _propose(turn, ctx, lambda: agent.propose(turn.state.teams[turn.team],
@@ -279,6 +288,10 @@ def write_notes(team: Team, ctx: RunContext) -> None:
         for p in team.plan:
             mark = f"[x] {p['tried']}" if p["tried"] else "[ ]"
             lines.append(f"- {mark} {p['idea']} (expected {p['expected_gain']}x)")
+    own = paths.agent_notes(team.id)
+    if own.is_file():  # an agent with a worktree keeps its own notebook there
+        lines += ["", "## The agent's notes (its worktree's NOTES.md)", "",
+                  redact(own.read_text())[:4000].strip()]
     spec = {"id": team.id, "preset": team.preset, "strategy": team.strategy,
             "directive": team.directive, "share": team.share, "state": team.state,
             "start_from": team.start_from}

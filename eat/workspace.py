@@ -31,7 +31,10 @@ TEMPLATE = Path(workspace_template.__file__).parent
 # Temporary files of atomic writes are ignored so a commit running beside a writer never sees
 # a file that vanishes before git can read it.
 GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tmp/",
-               "/.best.old/"]
+               "/.best.old/", "/worktrees/"]
+# A team branch tracks what the agent works on; scratch files, the request folder and the
+# read-only copies stay out of it.
+WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
 
 
 SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "hip": "candidate.hip",
@@ -61,6 +64,7 @@ class Paths:
         self.skill = self.root / "SKILL.md"        # the skill the run was started with, if any
         self.inbox = self.state / "steer"           # `eat steer` messages not yet recorded
         self.seen = self.state / "steering.json"    # people's text as the loop last saw it
+        self.worktrees = self.root / "worktrees"   # a git worktree per team whose agent edits files
 
     def team(self, team: str) -> Path:
         return self.teams / team
@@ -76,6 +80,35 @@ class Paths:
 
     def result(self, team: str, cid: str) -> Path:
         return self.candidate(team, cid) / "result.json"
+
+    def agent_log(self, team: str) -> Path:
+        """What the team's external agent printed, turn after turn (secrets masked)."""
+        return self.team(team) / "agent.log"
+
+    # A team's worktree (branch team/<id>): where its agent works, and what eat puts there.
+    def worktree(self, team: str) -> Path:
+        return self.worktrees / team
+
+    def work_source(self, team: str, language: str) -> Path:
+        return self.worktree(team) / source_name(language)
+
+    def task_file(self, team: str) -> Path:
+        return self.worktree(team) / "TASK.md"
+
+    def agent_notes(self, team: str) -> Path:
+        """The agent's own notebook, committed on its branch with each submit."""
+        return self.worktree(team) / "NOTES.md"
+
+    def reference_copy(self, team: str, name: str) -> Path:
+        return self.worktree(team) / name
+
+    def others(self, team: str) -> Path:
+        """Copies of the other teams' best candidates, refreshed at each turn."""
+        return self.worktree(team) / "others"
+
+    def requests(self, team: str) -> Path:
+        """`eat submit` and `eat check` leave requests here; the team's turn answers them."""
+        return self.worktree(team) / ".requests"
 
 
 def write_atomic(path: Path, text: str, durable: bool = True) -> None:
@@ -477,9 +510,61 @@ class Workspace:
         if self._committer is not None:
             self._committer.flush()
 
+    def _git(self) -> _Committer:
+        if self._committer is None:
+            self._committer = _Committer(self.repo)
+        return self._committer
+
+    def git_call(self, fn):
+        """Run `fn(repo)` on the git thread after the queued commits, and return its result:
+        one thread touches git, so worktrees (own index, shared objects and refs) never race
+        the run's commits."""
+        return self._git().call(fn)
+
+    def commit_worktree(self, team: str, message: str, names: list[str]) -> None:
+        """Queue a commit of `names` in the team's worktree, on its branch."""
+        folder = self.paths.worktree(team)
+        self._git().submit(message, names, git.Repo(folder))
+
+    def add_worktree(self, team: str, files: dict[str, str], message: str) -> Path:
+        """The team's worktree on a new branch `team/<id>` whose first commit holds `files`
+        (nothing of the run's own files: the branch records the team's attempts); an existing
+        worktree is left as it is."""
+        folder = self.paths.worktree(team)
+        if (folder / ".git").exists():
+            return folder
+
+        def add(repo: git.Repo) -> None:
+            _ignore(self.paths.root / ".gitignore", "/worktrees/")  # older workspaces
+            branch = f"team/{team}"
+            if not repo.git.branch("--list", branch):
+                with open(os.devnull, "rb") as nothing:
+                    empty = repo.git.mktree(istream=nothing)  # the empty tree
+                root = repo.git.commit_tree(empty, "-m", f"team {team}: its worktree")
+                repo.git.branch(branch, root)
+            if folder.exists():  # a worktree a crash left half made
+                shutil.rmtree(folder)
+            repo.git.worktree("prune")
+            repo.git.worktree("add", "-q", str(folder), branch)
+
+        self.git_call(add)
+        write_atomic(folder / ".gitignore", "\n".join(WORKTREE_IGNORED) + "\n")
+        for name, text in files.items():
+            write_atomic(folder / name, text)
+        self.commit_worktree(team, message, [".gitignore", *files])
+        return folder
+
+
+def _ignore(gitignore: Path, line: str) -> None:
+    text = gitignore.read_text() if gitignore.exists() else ""
+    if line not in text.splitlines():
+        write_atomic(gitignore, text + ("" if text.endswith("\n") or not text else "\n")
+                     + line + "\n")
+
 
 class _Committer:
-    """One background thread that runs `git add` + `git commit` jobs in order."""
+    """One background thread that runs git jobs in order: `git add` + `git commit` of the run
+    (or of a team's worktree), and calls that wait for their result."""
 
     def __init__(self, repo: git.Repo):
         self.repo = repo
@@ -487,8 +572,14 @@ class _Committer:
         self.error: Exception | None = None
         threading.Thread(target=self._work, name="eat-git", daemon=True).start()
 
-    def submit(self, message: str, paths: list[str]) -> None:
-        self.jobs.put((message, paths))
+    def submit(self, message: str, paths: list[str], repo: git.Repo | None = None) -> None:
+        self.jobs.put((message, paths, repo or self.repo))
+
+    def call(self, fn):
+        from concurrent.futures import Future
+        done: Future = Future()
+        self.jobs.put((fn, done, None))
+        return done.result()
 
     def flush(self) -> None:
         self.jobs.join()
@@ -498,11 +589,18 @@ class _Committer:
 
     def _work(self) -> None:
         while True:
-            message, paths = self.jobs.get()
+            message, paths, repo = self.jobs.get()
+            if callable(message):  # a call: its result or error goes back to the caller
+                try:
+                    paths.set_result(message(self.repo))
+                except Exception as e:
+                    paths.set_exception(e)
+                self.jobs.task_done()
+                continue
             for attempt in range(2):  # once more after a moment: a file may have been mid-rename
                 try:
-                    self.repo.git.add("-A", "--", *paths)
-                    self.repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
+                    repo.git.add("-A", "--", *paths)
+                    repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
                     break
                 except Exception as e:  # kept for flush(): a failed commit must not pass silently
                     if attempt:

@@ -7,6 +7,7 @@ Each test scripts the answers, one step per POST /v1/chat/completions, in order:
 
     def test_something(llm_server):
         llm_server.reply("hello", prompt_tokens=10, completion_tokens=2, cached_tokens=4)
+        llm_server.reply("reading it", tool_calls=[("read_file", {"path": "TASK.md"})])
         llm_server.error(429, retry_after=1)
         llm_server.hang(5)                      # answers after 5 s: trips a client timeout
         llm_server.malformed()                  # 200 with a body that is not JSON
@@ -80,6 +81,9 @@ class Reply:
     model: str | None = None  # None: echo the request's model
     usage: bool = True
     headers: dict[str, str] = field(default_factory=dict)
+    # [(function name, arguments dict), ...]: the reply calls these tools (finish_reason
+    # "tool_calls"), as a tool-calling model does.
+    tool_calls: list[tuple[str, dict]] | None = None
 
 
 @dataclass
@@ -273,8 +277,13 @@ class ScriptedLLM:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": step.content},
-                    "finish_reason": step.finish_reason,
+                    "message": {"role": "assistant", "content": step.content,
+                                **({"tool_calls": [
+                                    {"id": f"call_{next(_ids)}", "type": "function",
+                                     "function": {"name": name, "arguments": json.dumps(args)}}
+                                    for name, args in step.tool_calls]}
+                                   if step.tool_calls else {})},
+                    "finish_reason": "tool_calls" if step.tool_calls else step.finish_reason,
                     "logprobs": None,
                 }
             ],

@@ -167,3 +167,92 @@ def test_a_candidate_far_slower_than_the_best_is_timed_out_early():
     alone = CpuRunner().evaluate(target, naive, config=cfg)
     assert alone.ok and "raced" not in alone.detail
     assert all(w.candidate.n >= cfg.min_repeats for w in alone.workloads)
+
+
+class _Stub:
+    """Just enough of a harness Workload for time_all: a pool of sets, nothing to check."""
+
+    label, sets = "stub", [None] * 200
+
+    def load(self, i): pass
+    def check_inputs(self, i, when): pass
+    def check_outputs(self, i, tol, when): pass
+
+
+class _Clock:
+    """A timer whose calls report the time they return: no clock, no noise but what is given."""
+
+    def flush(self): pass
+    def time(self, call): return call()
+
+
+def test_a_baseline_already_timed_precisely_is_timed_no_more():
+    """The candidate gets min_repeats timed calls; a baseline whose median is sure to within
+    target_rse stops at harness.REFERENCE_MIN; a noisy one goes on with the candidate."""
+    from itertools import cycle
+
+    from eat.runners import harness
+
+    job = {"config": QUICK.model_dump() | {"min_repeats": 30, "max_repeats": 60,
+                                           "budget_s": 60.0, "target_rse": 0.01},
+           "tolerance": {"rtol": 1e-3, "atol": 0.0}}
+    noisy = cycle([1.0, 1.5, 0.7, 1.3])
+    impls = {"candidate": lambda w: lambda: next(noisy), "baseline": lambda w: lambda: 2.0,
+             "vendor": lambda w: lambda: next(noisy)}
+    res = harness.time_all(job, [_Stub()], impls, _Clock(), watch_others=False)
+    (timed,) = res["workloads"]
+    assert timed["baseline"]["n"] == harness.REFERENCE_MIN
+    assert timed["candidate"]["n"] == timed["vendor"]["n"] >= 30
+
+
+def test_a_later_process_finds_the_sets_without_asking_the_reference(tmp_path, monkeypatch):
+    """The sets' manifest is kept beside them: a new process (here: the per-process memory
+    cleared) checks every file's fingerprint and starts no child; once a file no longer
+    matches, the child is asked again."""
+    kit = load_target(KIT)
+    runner, baseline = CpuRunner(), kit.baseline_source()
+    assert runner.evaluate(kit, baseline, config=QUICK).ok
+    started = []
+    real_run = native.sandbox.run
+    monkeypatch.setattr(native.sandbox, "run", lambda cmd, **kw: started.append(cmd[-1])
+                        or real_run(cmd, **kw))
+    monkeypatch.setattr(native, "_SETS", {})
+    assert runner.evaluate(kit, baseline, config=QUICK).ok
+    assert "eat.runners.inputs" not in started
+    (folder,) = _sets(tmp_path)
+    next(folder.glob("w0-s0.set")).touch()  # a new ctime: not the file that was made
+    monkeypatch.setattr(native, "_SETS", {})
+    assert runner.evaluate(kit, baseline, config=QUICK).ok
+    assert "eat.runners.inputs" in started
+
+
+def test_a_check_verifies_without_timing():
+    """timed=False (what `eat check` asks for): a correct candidate is ok with no speedup and
+    no time spent timing; a wrong one is still caught."""
+    kit = load_target(KIT)
+    check = QUICK.model_copy(update={"timed": False})
+    ok = CpuRunner().evaluate(kit, kit.baseline_source(), config=check)
+    assert ok.status == "ok" and ok.speedup is None and "time_s" not in ok.durations
+    wrong = CpuRunner().evaluate(kit, (KIT / "wrong.c").read_text(), config=check)
+    assert wrong.status == "incorrect"
+
+
+def test_an_anchor_is_kept_per_workload_list(tmp_path):
+    """Two copies of a target that differ only in their workloads share the baseline's build
+    but not an anchor: one ratio per workload, so another list's would not fit."""
+    kits = []
+    for name, rows in (("a", [8, 16]), ("b", [8, 16, 24])):
+        kit = tmp_path / name / "matmul"
+        shutil.copytree(ROOT / "examples" / "cpu_matmul", kit)
+        toml = kit / "target.toml"
+        text = toml.read_text()
+        text = text[:text.index("[[workloads]]")] + "".join(
+            f"[[workloads]]\nM = {n}\nN = {n}\nK = {n}\n\n" for n in rows) + \
+            text[text.index("[tolerance]"):]
+        toml.write_text(text)
+        kits.append(load_target(kit))
+    a, b = kits
+    runner = CpuRunner()
+    assert runner.evaluate(a, a.baseline_source(), config=QUICK).ok
+    ev = runner.evaluate(b, b.baseline_source(), config=QUICK)
+    assert ev.ok and "scaled" not in ev.detail and all(w.speedup for w in ev.workloads)

@@ -226,12 +226,10 @@ def test_a_model_that_repeats_one_kernel_ends_the_run_with_bounded_spend(
 
 
 def test_a_forked_llm_team_works_from_its_start_and_an_explorer_from_the_baseline():
-    from eat.agents.llm import LLMAgent
+    from eat.agents.base import start_candidate
     from eat.events import TeamSpawned
-    from eat.target import load_target
     from history import History
 
-    agent = LLMAgent(load_target(EXAMPLES / "cpu_matmul"), None, lambda role: None)
     h = History("coordinate-1")
     h.eval("coordinate-1", 2.0)
     h.eval("coordinate-1", 9.0)
@@ -240,11 +238,11 @@ def test_a_forked_llm_team_works_from_its_start_and_an_explorer_from_the_baselin
     h.add(TeamSpawned(team="explorer-3", preset="explorer", strategy="explorer", directive="d"))
     h.add(TeamSpawned(team="coordinate-4", preset="coordinate", strategy="coordinate",
                       directive="d"))
-    assert agent._start(h.state.teams["refiner-2"], h.state).cid == "c0001"   # not the best
-    assert agent._start(h.state.teams["explorer-3"], h.state) is None         # the baseline
-    assert agent._start(h.state.teams["coordinate-4"], h.state).cid == "c0002"
+    assert start_candidate(h.state.teams["refiner-2"], h.state).cid == "c0001"   # not the best
+    assert start_candidate(h.state.teams["explorer-3"], h.state) is None         # the baseline
+    assert start_candidate(h.state.teams["coordinate-4"], h.state).cid == "c0002"
     h.eval("refiner-2", 3.0)
-    assert agent._start(h.state.teams["refiner-2"], h.state).cid == "c0003"   # its own line
+    assert start_candidate(h.state.teams["refiner-2"], h.state).cid == "c0003"   # its own line
 
 
 @pytest.mark.slow
@@ -277,3 +275,4 @@ def test_a_reviewer_sends_a_flawed_candidate_back_and_the_profile_reaches_the_co
     coder = [r for r in llm_server.requests if "## Profile of the starting point"
              in json.dumps(r.messages)]
     assert coder and "GFLOP/s" in json.dumps(coder[0].messages) and second.parent == "c0001"
+    assert "vectorized: line" in json.dumps(coder[0].messages)  # the compiler's remarks too

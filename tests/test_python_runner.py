@@ -90,6 +90,17 @@ def test_destination_arguments_are_outputs(dps, body, status, words):
     assert words in ev.message
 
 
+def test_a_check_of_a_python_candidate_is_not_timed(dps):
+    """timed=False (`eat check`): verified, no speedup, no timing process."""
+    check = dps.evaluation.model_copy(update={"timed": False})
+    runner = runner_for(dps)
+    right = "import torch\n\ndef scale(x, out):\n    torch.mul(x, 2, out=out)\n"
+    ev = runner.evaluate(dps, right, config=check)
+    assert ev.status == "ok" and ev.speedup is None and "time_s" not in ev.durations
+    wrong = runner.evaluate(dps, "def scale(x, out):\n    out.copy_(x)\n", config=check)
+    assert wrong.status == "incorrect"
+
+
 MODULE_TOML = """
 name = "mlp"
 runner = "cpu"

@@ -65,7 +65,8 @@ def test_a_killed_run_leaves_ray_processes_the_next_ray_run_ends(tmp_path):
     import subprocess
     import time
 
-    from eat.executors.ray import _stat, end_leftovers
+    from eat.executors.ray import end_leftovers
+    from eat.procs import stat
 
     cache = tmp_path / "cache"
     env = os.environ | {"EAT_CACHE_DIR": str(cache)}
@@ -86,7 +87,7 @@ def test_a_killed_run_leaves_ray_processes_the_next_ray_run_ends(tmp_path):
     time.sleep(0.5)  # SIGKILL is delivered at once; the reaping is not ours to wait for
 
     def running(pid: str, start: str) -> bool:  # alive, and not a zombie awaiting its reaper
-        fields = _stat(pid)
+        fields = stat(pid)
         return bool(fields) and fields[19] == start and fields[0] != "Z"
 
     assert [p for p, start in procs.items() if running(p, start)] == []

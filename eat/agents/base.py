@@ -1,4 +1,5 @@
-"""The Agent protocol: given a team and what the run knows, propose the next candidate."""
+"""The agent protocols: Agent proposes a team's next candidate from what the run knows; Worker
+works a whole turn in the team's worktree and submits itself."""
 
 from __future__ import annotations
 
@@ -37,3 +38,26 @@ class Agent(Protocol):
                log: str) -> Proposal | None:
         """A fix of `failed` (its log: compiler message or mismatch), or None when this agent
         does not repair."""
+
+
+class Worker(Protocol):
+    """An agent that works over several steps in its team's worktree (the tools loop, an
+    external CLI) and submits its candidates itself through the desk; team.step hands it the
+    turn instead of asking it to propose."""
+
+    def work(self, team: Team, state: RunState, desk) -> str:
+        """Work one turn through `desk` (check, submit, profile); why the turn ended."""
+
+    def stop(self, why: str) -> None:
+        """End the work now, from any thread (retire, stop, eat ending)."""
+
+
+def start_candidate(team: Team, state: RunState) -> Candidate | None:
+    """Where a team works from: its own best or the candidate it was started from (a fork's
+    lineage); with neither, the run's best, except for an explorer, which starts from the
+    baseline so that it goes elsewhere (None)."""
+    options = [c for c in (team.best, state.candidates.get(team.start_from or ""))
+               if c is not None and c.estimate is not None]
+    if not options and team.strategy != "explorer" and state.best is not None:
+        options = [state.best]
+    return max(options, key=lambda c: c.estimate, default=None)

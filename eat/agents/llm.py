@@ -16,7 +16,7 @@ import jinja2
 from pydantic import BaseModel, Field, ValidationError
 
 import eat.teams
-from eat.agents.base import PlanItem, Proposal
+from eat.agents.base import PlanItem, Proposal, start_candidate
 from eat.agents.parse import correction_message, parse_reply
 from eat.errors import EatError
 from eat.llm import LLMClient
@@ -119,16 +119,6 @@ class LLMAgent:
     def source_of(self, c: Candidate) -> str:
         return (self.paths.candidate(c.team, c.cid) / source_name(self.target.language)).read_text()
 
-    def _start(self, team: Team, state: RunState) -> Candidate | None:
-        """Where the team works from: its own best or the candidate it was started from (a
-        fork's lineage); with neither, the run's best, except for an explorer, which starts
-        from the baseline so that it goes elsewhere."""
-        options = [c for c in (team.best, state.candidates.get(team.start_from or ""))
-                   if c is not None and c.estimate is not None]
-        if not options and team.strategy != "explorer" and state.best is not None:
-            options = [state.best]
-        return max(options, key=lambda c: c.estimate, default=None)
-
     def plays(self, team: Team, role: str) -> bool:
         """Whether the team has this role now (its roles, changed by a recompose, else its
         preset's)."""
@@ -136,17 +126,21 @@ class LLMAgent:
 
     def _profile(self, c: Candidate) -> list[str]:
         """The profiler's view of a candidate: per workload, its time against the baseline and
-        the vendor, throughput and fraction of the device's peak."""
+        the vendor, throughput and fraction of the device's peak; then what the compiler (or
+        the GPU profiler, where it runs) says of its loops."""
+        from eat.agents.profile import profile
+
         path = self.paths.result(c.team, c.cid)
         if not path.is_file():
             return []
         ev = Evaluation.model_validate_json(path.read_text())
-        return [w.summary() for w in ev.workloads]
+        return [w.summary() for w in ev.workloads] + \
+            profile(self.target, self.source_of(c)).splitlines()
 
     # -- turns -------------------------------------------------------------------------------
 
     def propose(self, team: Team, state: RunState) -> Proposal:
-        parent = self._start(team, state)
+        parent = start_candidate(team, state)
         source = self.source_of(parent) if parent else self.target.baseline_source()
         recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.what}"
                   for c in state.recent_of(team.id, 6)]

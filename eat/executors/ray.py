@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from eat.cache import cache_dir
+from eat.procs import descendants, proc_start
 from eat.errors import BadInput, RunnerUnavailable
 from eat.runners.base import Evaluation, Runner, get_runner
 from eat.target import EvalConfig, Target
@@ -112,43 +113,15 @@ class RayRunner:
 # raylet started. Each run that starts a local instance writes down its processes; the next
 # one ends those of runs that are gone (a resume after a crash, or any later Ray run).
 
-def _stat(pid: int | str) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state, ppid, ...); None: no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2:].split()
-
-
-def _proc_start(pid: int) -> str | None:
-    """The process's start time (its identity: a PID is reused, a start time with it is not)."""
-    fields = _stat(pid)
-    return fields[19] if fields else None
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and (fields := _stat(d.name)):
-            children.setdefault(int(fields[1]), []).append(int(d.name))
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _record_local_instance() -> Path:
     """Write down this process's Ray processes; end those a killed earlier run left."""
     folder = cache_dir() / "ray-runs"
     folder.mkdir(exist_ok=True)
     end_leftovers(folder)
     me = os.getpid()
-    procs = {pid: _proc_start(pid) for pid in _descendants(me)}
+    procs = {pid: proc_start(pid) for pid in descendants(me)}
     record = folder / f"{me}.json"
-    record.write_text(json.dumps({"pid": me, "start": _proc_start(me),
+    record.write_text(json.dumps({"pid": me, "start": proc_start(me),
                                   "procs": {str(p): s for p, s in procs.items() if s}}))
     return record
 
@@ -161,10 +134,10 @@ def end_leftovers(folder: Path) -> list[int]:
             run = json.loads(record.read_text())
         except (OSError, ValueError):
             continue
-        if _proc_start(run["pid"]) == run["start"]:
+        if proc_start(run["pid"]) == run["start"]:
             continue  # that run is still going
         for pid, start in run["procs"].items():
-            if _proc_start(int(pid)) == start:
+            if proc_start(int(pid)) == start:
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                     killed.append(int(pid))

@@ -64,6 +64,9 @@ class WorkloadResult(BaseModel):
         return ", ".join(parts)
 
 
+VERIFIED_ONLY = "verified; not timed (evaluation.timed is off)"
+
+
 class Evaluation(BaseModel):
     """The verdict on one candidate (the evaluation contract in DESIGN)."""
 

@@ -136,6 +136,33 @@ def prepare_job(job: dict) -> dict:
     return {"workloads": out}
 
 
+def _manifest(folder: Path, sizes: tuple) -> Path:
+    return folder / f"manifest-{'-'.join(map(str, sizes))}.json"
+
+
+def write_manifest(folder: Path, sizes: tuple, made: dict) -> None:
+    """Keep prepare_job's answer for these pool sizes, so a later process need not ask again."""
+    path = _manifest(folder, sizes)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(made))
+    os.replace(tmp, path)
+
+
+def read_manifest(folder: Path, sizes: tuple) -> dict | None:
+    """A kept answer of prepare_job, if every file it names still has its fingerprint (else
+    None: the child looks again, and makes what is missing)."""
+    try:
+        made = json.loads(_manifest(folder, sizes).read_text())
+        for lists in made["workloads"]:
+            for entries in lists.values():
+                for name, want in entries:
+                    if fingerprint(folder / name) != want:
+                        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return made
+
+
 # -- reading sets (the harnesses) ------------------------------------------------------------
 
 class SetChanged(Exception):

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from eat.cache import anchors_dir, builds_dir, device_lock, inputs_dir
 from eat.runners import inputs, sandbox
-from eat.runners.base import (Evaluation, HarnessError, Peaks, eat_pythonpath, read_result,
-                              source_hash, summarize)
+from eat.runners.base import (VERIFIED_ONLY, Evaluation, HarnessError, Peaks, eat_pythonpath,
+                              read_result, source_hash, summarize)
 from eat.target import EvalConfig, Target, eval_expr
 
 CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
@@ -155,8 +155,9 @@ class NativeRunner(ABC):
             t0 = time.monotonic()
             res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
-            if res["status"] != "ok":
-                return Evaluation(status=res["status"], message=res["message"],
+            if res["status"] != "ok" or not cfg.timed:
+                return Evaluation(status=res["status"], message=res["message"] if
+                                  res["status"] != "ok" else VERIFIED_ONLY,
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
             anchor_key = self._anchor_key(target, cfg, baseline_lib)
@@ -202,9 +203,10 @@ class NativeRunner(ABC):
 
     def _anchor_key(self, target: Target, cfg: EvalConfig, baseline_lib: Path) -> str:
         """What an anchor holds for: the baseline build (its key names the device), the
-        vendor's source, the timing settings."""
+        vendor's source, the workloads (one ratio each), the timing settings."""
         vendor = target.path(target.vendor.file).read_text() if target.vendor else ""
-        return hashlib.sha256("\0".join([str(baseline_lib), vendor, cfg.model_dump_json()])
+        return hashlib.sha256("\0".join([str(baseline_lib), vendor, json.dumps(
+            target.workloads), json.dumps(target.shapes), cfg.model_dump_json()])
                               .encode()).hexdigest()[:16]
 
     @property
@@ -291,6 +293,8 @@ class NativeRunner(ABC):
 
     def _made_sets(self, target: Target, job: dict, folder: Path, sizes: tuple) -> dict:
         cfg = job["config"]
+        if (folder, sizes) not in _SETS and (kept := inputs.read_manifest(folder, sizes)):
+            _SETS[(folder, sizes)] = kept | {"dir": str(folder)}  # made by an earlier process
         if (folder, sizes) not in _SETS:
             prep = {k: job[k] for k in ("args", "workloads", "reference", "config")}
             limits = sandbox.Limits(wall_s=max(600.0, cfg["timeout_s"]),
@@ -305,6 +309,7 @@ class NativeRunner(ABC):
                 why = made["error"] if made else (run.stderr.strip().splitlines() or ["died"])[-1]
                 raise HarnessError(f"target {target.name}: making its inputs with the "
                                    f"reference failed: {why[:300]}")
+            inputs.write_manifest(folder, sizes, made)
             _SETS[(folder, sizes)] = made | {"dir": str(folder)}
         return _SETS[(folder, sizes)]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from eat.cache import device_lock
 from eat.runners import sandbox
-from eat.runners.base import (Evaluation, Peaks, eat_pythonpath, read_result, source_hash,
-                              summarize)
+from eat.runners.base import (VERIFIED_ONLY, Evaluation, Peaks, eat_pythonpath, read_result,
+                              source_hash, summarize)
 from eat.runners.cpu import cpu_model
 from eat.target import EvalConfig, Target
 
@@ -99,6 +99,9 @@ class PythonRunner:
             t0 = time.monotonic()
             res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
+            if res["status"] == "ok" and not cfg.timed:
+                return Evaluation(status="ok", message=VERIFIED_ONLY, stderr=run.stderr,
+                                  durations=durations, **ev)
             if res["status"] == "ok":
                 # The GPU runner's slot for device 0 (the one torch uses): one timing per GPU.
                 with device_lock(self.name if self.name in ("cpu", "mlx") else f"{self.name}0"):
