@@ -10,7 +10,7 @@ from __future__ import annotations
 from eat.events import speedup_text
 from eat.state import RunState
 from eat.target import Target
-from eat.workspace import merge_write
+from eat.merge import merge_write
 
 BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 CAP_CHARS = 6000

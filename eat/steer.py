@@ -24,7 +24,8 @@ import yaml
 from eat.errors import BadInput
 from eat.events import HumanSteered
 from eat.learning import outside
-from eat.workspace import Paths, Workspace, read_settled, write_atomic
+from eat.merge import read_settled
+from eat.workspace import Paths, Workspace, write_atomic
 
 MAX_TEXT = 2000  # characters of an edit kept in the event (and shown in prompts)
 

@@ -25,7 +25,8 @@ from eat.runners.base import Evaluation, source_hash
 from eat.plateau import is_local
 from eat.state import RunState, Team
 from eat.steer import directive_of
-from eat.workspace import merge_write, source_name
+from eat.merge import merge_write
+from eat.workspace import source_name
 
 TEAMS_DIR = Path(eat.teams.__file__).parent
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from eat.learning import BEGIN, END, outside, render, splice, update
-from eat.workspace import merge_write
+from eat.merge import merge_write
 from test_learning import TARGET, grown_history
 
 
