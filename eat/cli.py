@@ -271,6 +271,17 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
 
 @app.command()
 @_reports_errors
+def watch(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+          once: bool = typer.Option(False, "--once", help="Print one frame and exit.")):
+    """Watch a run live: best so far and its curve, teams and their latest candidates, the
+    supervisor's plateaus and restructures, LLM spend; redrawn as events land (Ctrl-C leaves)."""
+    from eat.watch import watch as watch_run
+
+    raise typer.Exit(watch_run(workspace, out, once=once))
+
+
+@app.command()
+@_reports_errors
 def steer(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
           text: str = typer.Argument(..., help="What to tell the agents and the supervisor."),
           team: str = typer.Option(None, "--team", help="Tell one team only.")):
