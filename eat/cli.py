@@ -292,6 +292,20 @@ def steer(workspace: Path = typer.Argument(..., help="Workspace folder of the ru
     _, running = send(workspace, text, team)
     out.print("sent: the run picks it up within 2 s" if running else
               "queued: the run picks it up when it resumes (eat resume)", markup=False)
+
+
+@app.command()
+@_reports_errors
+def report(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+           output: Path = typer.Option(None, "--output", "-o", help="HTML file to write "
+                                       "(default: report.html in the workspace).")):
+    """Write one self-contained HTML file about a run: progress, lineage, per-workload times,
+    tokens and cost, restructures, LEARNING.md (safe while it runs)."""
+    from eat.report import write_report
+
+    out.print(f"wrote {write_report(workspace, output)}", markup=False)
+
+
 def _agent_request(kind: str, message: str, as_json: bool) -> None:
     from eat.desk import ask
 

@@ -29,7 +29,7 @@ TEMPLATE = Path(workspace_template.__file__).parent
 # Temporary files of atomic writes are ignored so a commit running beside a writer never sees
 # a file that vanishes before git can read it.
 GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tmp/",
-               "/.best.old/", "/worktrees/"]
+               "/.best.old/", "/worktrees/", "/report.html"]
 # A team branch tracks what the agent works on; scratch files, the request folder and the
 # read-only copies stay out of it.
 WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
@@ -63,6 +63,7 @@ class Paths:
         self.inbox = self.state / "steer"           # `eat steer` messages not yet recorded
         self.seen = self.state / "steering.json"    # people's text as the loop last saw it
         self.worktrees = self.root / "worktrees"   # a git worktree per team whose agent edits files
+        self.report = self.root / "report.html"    # `eat report`'s default output
 
     def team(self, team: str) -> Path:
         return self.teams / team

@@ -1,0 +1,556 @@
+"""`eat report`: one self-contained HTML file about a run, read-only and safe while it runs.
+
+Everything is drawn here as inline SVG; the page loads nothing else (no CDN, fonts or
+scripts), so it opens anywhere, offline, years later. Its one small script only notes errors
+and toggles a team's lines; hover texts are SVG <title>s, which need no script.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from eat.errors import BadInput
+from eat.events import (CandidateEvaluated, LLMCalled, PlateauDetected, RestructureScored,
+                        Restructured, RunResumed, RunStopped, TeamSpawned, describe,
+                        speedup_text)
+from eat.state import RunState
+from eat.workspace import Workspace, read_settled, write_atomic
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
+          "#e377c2", "#7f7f7f", "#bcbd22"]
+PLATEAU, RESTRUCTURE, RUN = "#e69f00", "#7b3294", "#111"
+
+
+def write_report(workspace: Path, out: Path | None = None) -> Path:
+    """Write the run's report (default: report.html in the workspace); returns its path."""
+    ws = Workspace.open(workspace)
+    out = Path(out) if out else ws.paths.report
+    if out.is_dir():
+        raise BadInput(f"{out}: is a folder; give a file name")
+    if not out.parent.is_dir():
+        raise BadInput(f"{out.parent}: no such folder")
+    page = render(ws)
+    try:  # atomic: a reader (or a failure) sees the old report or the new one, never half
+        write_atomic(out, page, durable=False)
+    except OSError as e:
+        raise BadInput(f"{out}: cannot write: {e.strerror or e}") from None
+    return out
+
+
+# -- what the run did, from its log ----------------------------------------------------------
+
+@dataclass
+class Facts:
+    """The series the charts draw, folded from the log in one pass."""
+
+    teams: dict[str, str] = field(default_factory=dict)           # team -> color
+    team_points: dict[str, list] = field(default_factory=dict)    # team -> [(x, best, event)]
+    run_points: list = field(default_factory=list)                # [(x, run best)]
+    candidates: list[CandidateEvaluated] = field(default_factory=list)
+    plateaus: list = field(default_factory=list)                  # [(x, event)]
+    restructures: list = field(default_factory=list)              # [(x, event)]
+    scores: dict[int, RestructureScored] = field(default_factory=dict)
+    llm: list[LLMCalled] = field(default_factory=list)
+    best: str | None = None
+    state: RunState | None = None
+    stopped: RunStopped | None = None  # the last session's end, None while one runs or crashed
+
+
+def collect(events, config) -> Facts:
+    """Fold the events as `eat status` does, noting each team's and the run's best after
+    every candidate (re-times and noise thresholds included, so the lines agree with it)."""
+    state, facts = RunState(config.windows()), Facts()
+    for e in events:
+        state.apply(e)
+        x = state.evaluations
+        match e:
+            case TeamSpawned():
+                facts.teams.setdefault(e.team, COLORS[len(facts.teams) % len(COLORS)])
+            case CandidateEvaluated():
+                facts.candidates.append(e)
+                team = state.teams.get(e.team)
+                if team and team.best_estimate is not None:
+                    facts.team_points.setdefault(e.team, []).append((x, team.best_estimate, e))
+                if state.best_speedup is not None:
+                    facts.run_points.append((x, state.best_speedup))
+            case PlateauDetected():
+                facts.plateaus.append((x, e))
+            case Restructured():
+                facts.restructures.append((x, e))
+            case RestructureScored():
+                facts.scores[e.restructure] = e
+            case LLMCalled():
+                facts.llm.append(e)
+            case RunStopped():
+                facts.stopped = e
+            case RunResumed():
+                facts.stopped = None
+    facts.best, facts.state = (state.best.cid if state.best else None), state
+    return facts
+
+
+# -- drawing ---------------------------------------------------------------------------------
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round values covering [lo, hi], about n of them."""
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def _num(v: float) -> str:
+    return f"{v:g}" if abs(v) < 1e5 else f"{v:.3g}"
+
+
+class Plot:
+    """A chart's frame: data ranges mapped to an SVG box, with its axes."""
+
+    def __init__(self, xs: tuple[float, float], ys: tuple[float, float], *, w: int = 960,
+                 h: int = 320, top: int = 16, left: int = 60):
+        self.w, self.h, self.top, self.left, self.right, self.bottom = w, h, top, left, 20, 40
+        self.xt, self.yt = _ticks(*xs), _ticks(*ys)
+        self.x0, self.x1 = min(xs[0], self.xt[0]), max(xs[1], self.xt[-1])
+        self.y0, self.y1 = min(ys[0], self.yt[0]), max(ys[1], self.yt[-1])
+
+    def sx(self, x: float) -> float:
+        span = (self.x1 - self.x0) or 1
+        return round(self.left + (x - self.x0) / span * (self.w - self.left - self.right), 1)
+
+    def sy(self, y: float) -> float:
+        span = (self.y1 - self.y0) or 1
+        return round(self.h - self.bottom - (y - self.y0) / span * (self.h - self.top
+                                                                     - self.bottom), 1)
+
+    def axes(self, xlabel: str, ylabel: str | None) -> str:
+        """Ticks and grid on x, and on y unless there is no y label (no y scale)."""
+        parts = []
+        for t in self.yt if ylabel else []:
+            y = self.sy(t)
+            parts.append(f'<line class="grid" x1="{self.left}" x2="{self.w - self.right}" '
+                         f'y1="{y}" y2="{y}"/><text x="{self.left - 6}" y="{y + 4}" '
+                         f'text-anchor="end">{_num(t)}</text>')
+        for t in self.xt:
+            x = self.sx(t)
+            parts.append(f'<line class="tick" x1="{x}" x2="{x}" y1="{self.h - self.bottom}" '
+                         f'y2="{self.h - self.bottom + 4}"/><text x="{x}" '
+                         f'y="{self.h - self.bottom + 17}" text-anchor="middle">{_num(t)}</text>')
+        bottom = self.h - self.bottom
+        parts.append(f'<line class="axis" x1="{self.left}" x2="{self.w - self.right}" '
+                     f'y1="{bottom}" y2="{bottom}"/>'
+                     f'<text x="{(self.left + self.w - self.right) / 2}" y="{self.h - 6}" '
+                     f'text-anchor="middle" class="label">{escape(xlabel)}</text>'
+                     f'<text transform="translate(14 {(self.top + bottom) / 2}) rotate(-90)" '
+                     f'text-anchor="middle" class="label">{escape(ylabel or "")}</text>')
+        return "".join(parts)
+
+    def svg(self, name: str, body: str) -> str:
+        return (f'<svg class="chart" data-chart="{name}" viewBox="0 0 {self.w} {self.h}" '
+                f'role="img">{body}</svg>')
+
+
+def _steps(points: list[tuple[float, float]], plot: Plot) -> str:
+    """A step line through the points: a best holds until the next one replaces it."""
+    out, last = [], None
+    for x, y in points:
+        if last is not None:
+            out.append(f"{plot.sx(x)},{plot.sy(last)}")
+        out.append(f"{plot.sx(x)},{plot.sy(y)}")
+        last = y
+    return " ".join(out)
+
+
+def _title(text: str) -> str:
+    return f"<title>{escape(text)}</title>"
+
+
+def progress_chart(f: Facts) -> str:
+    """The run's best and each team's best after every candidate, with the supervisor's
+    plateaus and restructures on two rails above the plot."""
+    n = len(f.candidates)
+    top = max([y for _, y in f.run_points], default=1.0)
+    rail = 24
+    plot = Plot((0, max(n, 1)), (0, top * 1.05), h=380, top=16 + 2 * rail, left=96)
+    body = [plot.axes("candidates evaluated", "best speedup (x)")]
+    for team, pts in f.team_points.items():
+        color = f.teams[team]
+        dots = "".join(
+            f'<circle class="pt" data-mark="1" cx="{plot.sx(x)}" cy="{plot.sy(y)}" r="2.6" '
+            f'fill="{color}">' + _title(f"{e.candidate} ({team}): {e.status} "
+                                        f"{speedup_text(e.speedup)}; team best {speedup_text(y)}")
+            + "</circle>" for x, y, e in pts)
+        line = _steps([(x, y) for x, y, _ in pts], plot)
+        body.append(f'<g class="team" data-team="{escape(team)}"><polyline fill="none" '
+                    f'stroke="{color}" stroke-width="1.6" points="{line}"/>{dots}</g>')
+    if f.run_points:
+        body.append(f'<g class="run" data-team="run best"><polyline data-mark="1" fill="none" '
+                    f'stroke="{RUN}" stroke-width="2.6" stroke-dasharray="6 3" '
+                    f'points="{_steps(f.run_points, plot)}"/></g>')
+    for row, (label, color, marks, shape) in enumerate(
+            (("plateaus", PLATEAU, f.plateaus, "tri"), ("restructures", RESTRUCTURE,
+                                                         f.restructures, "dia"))):
+        y = 12 + row * rail + rail / 2
+        body.append(f'<text x="{plot.left - 6}" y="{y + 4}" text-anchor="end" '
+                    f'class="rail">{label}</text><line class="grid" x1="{plot.left}" '
+                    f'x2="{plot.w - plot.right}" y1="{y}" y2="{y}"/>')
+        for x, e in marks:
+            cx = plot.sx(x)
+            s = 5
+            pts = (f"{cx - s},{y - s} {cx + s},{y - s} {cx},{y + s}" if shape == "tri" else
+                   f"{cx},{y - s} {cx + s},{y} {cx},{y + s} {cx - s},{y}")
+            body.append(f'<polygon class="{label}" data-mark="1" points="{pts}" fill="{color}" '
+                        f'fill-opacity="0.75">{_title(f"after {x} candidates: {describe(e)}")}'
+                        "</polygon>")
+            body.append(f'<line x1="{cx}" x2="{cx}" y1="{y + s}" y2="{plot.h - plot.bottom}" '
+                        f'stroke="{color}" stroke-opacity="0.12"/>')
+    return plot.svg("progress", "".join(body))
+
+
+def lineage_chart(f: Facts) -> str:
+    """Candidates as a tree over time: x is when a candidate was evaluated, each branch a row
+    (a node continues its first child's row), an elbow from parent to child."""
+    nodes = {c.candidate: c for c in f.candidates}
+    children: dict[str | None, list[str]] = {}
+    for c in f.candidates:  # a parent not (yet) in the log hangs from the baseline
+        children.setdefault(c.parent if c.parent in nodes else None, []).append(c.candidate)
+    row: dict[str | None, int] = {}
+    rows = 0
+    stack: list[tuple[str | None, bool]] = [(None, False)]
+    while stack:  # post-order without recursion: a deep chain must not hit Python's limit
+        node, done = stack.pop()
+        kids = children.get(node, [])
+        if done:
+            row[node] = row[kids[0]]
+        elif not kids:
+            row[node], rows = rows, rows + 1
+        else:
+            stack.append((node, True))
+            stack.extend((k, False) for k in reversed(kids))
+    step = max(3.0, min(16.0, 900 / max(rows, 1)))
+    plot = Plot((0, max(len(f.candidates), 1)), (0, 1), h=int(rows * step + 70), top=20)
+    order = {c.candidate: i + 1 for i, c in enumerate(f.candidates)}
+    order[None] = 0
+
+    def x(cid: str | None) -> float:
+        return plot.sx(order[cid])
+
+    def y(cid: str | None) -> float:
+        return round(plot.top + 8 + row[cid] * step, 1)
+
+    body = [plot.axes("candidates evaluated", None)]
+    edges, dots = [], []
+    for parent, kids in children.items():
+        for k in kids:
+            edges.append(f"M{x(parent)},{y(parent)}V{y(k)}H{x(k)}")
+    body.append(f'<path d="{"".join(edges)}" fill="none" stroke="#999" stroke-width="1"/>')
+    r = max(1.5, min(4.5, step / 2.6))
+    dots.append(f'<circle data-mark="1" cx="{x(None)}" cy="{y(None)}" r="{r + 1}" fill="#444">'
+                f'{_title("the baseline (candidates without a parent start here)")}</circle>')
+    for c in f.candidates:
+        ok, color = c.status == "ok", f.teams.get(c.team, "#777")
+        ring = (f'<circle cx="{x(c.candidate)}" cy="{y(c.candidate)}" r="{r + 3}" fill="none" '
+                f'stroke="{RUN}" stroke-width="1.5"/>' if c.candidate == f.best else "")
+        what = ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or c.idea
+        text = (f"{c.candidate} by {c.team}, from {c.parent or 'the baseline'}: {c.status} "
+                f"{speedup_text(c.speedup) if ok else c.message[:160]}\n{what[:300]}")
+        dots.append(f'{ring}<circle class="node" data-mark="1" data-cid="{c.candidate}" '
+                    f'cx="{x(c.candidate)}" cy="{y(c.candidate)}" r="{r}" '
+                    f'fill="{color if ok else "#fff"}" stroke="{color}" stroke-width="1.2">'
+                    f"{_title(text)}</circle>")
+    body.extend(dots)
+    return plot.svg("lineage", "".join(body))
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.3g} ms" if ms >= 0.01 else f"{seconds * 1e6:.3g} µs"
+
+
+def workloads_chart(result: dict) -> str:
+    """Per workload: the best candidate's median latency beside the baseline's, the vendor's
+    and the time it would take at the device's measured peak, on one log scale (a baseline
+    can be 100x slower than the best: a linear bar would hide the rest)."""
+    bars = (("baseline", "#999"), ("vendor", "#1f77b4"), ("best", "#2ca02c"),
+            ("at peak", "#fff"))
+    rows = []
+    for w in result.get("workloads", []):
+        cand = w["candidate"]["median_s"]
+        times = {"baseline": (w.get("baseline") or {}).get("median_s"),
+                 "vendor": (w.get("vendor") or {}).get("median_s"), "best": cand,
+                 "at peak": cand * w["peak_fraction"] if w.get("peak_fraction") else None}
+        rows.append((" ".join(f"{k}={v}" for k, v in w["params"].items()),
+                     [(what, color, times[what]) for what, color in bars if times[what]],
+                     times["baseline"]))
+    every = [t for _, shown, _ in rows for _, _, t in shown]
+    # A decade of room below the fastest bar, so that it is not a sliver at the axis.
+    lo = 10 ** math.floor(math.log10(min(every) / 3))
+    hi = 10 ** math.ceil(math.log10(max(every)))
+    bar_h, left, right, gap = 16, 170, 960 - 190, 14
+
+    def sx(t: float) -> float:
+        return round(left + math.log10(t / lo) / math.log10(hi / lo) * (right - left), 1)
+
+    body, top = [], 22
+    for name, shown, base in rows:
+        body.append(f'<text x="{left - 10}" y="{top + len(shown) * bar_h / 2 + 4}" '
+                    f'text-anchor="end" class="label">{escape(name)}</text>')
+        for what, color, t in shown:
+            dash = ' stroke-dasharray="4 2"' if what == "at peak" else ""
+            ratio = f" ({base / t:.2f}x)" if base else ""
+            body.append(f'<rect data-mark="1" class="bar" x="{left}" y="{top}" '
+                        f'width="{sx(t) - left}" height="{bar_h - 3}" fill="{color}" '
+                        f'stroke="#333" stroke-width="0.6"{dash}>'
+                        f'{_title(f"{name}: {what} {_ms(t)}")}</rect>'
+                        f'<text x="{sx(t) + 6}" y="{top + bar_h - 5}">{what} {_ms(t)}{ratio}'
+                        "</text>")
+            top += bar_h
+        top += gap
+    decades = round(math.log10(hi / lo))
+    for i in range(decades + 1):
+        x = sx(lo * 10 ** i)
+        body.insert(0, f'<line class="grid" x1="{x}" x2="{x}" y1="16" y2="{top - gap}"/>'
+                    f'<text x="{x}" y="11" text-anchor="middle">{_ms(lo * 10 ** i)}</text>')
+    return (f'<svg class="chart" data-chart="workloads" viewBox="0 0 960 {top}" '
+            f'role="img">{"".join(body)}</svg>')
+
+
+def llm_charts(calls: list[LLMCalled]) -> str:
+    """Cumulative tokens and cost against run time."""
+    minutes = max(c.elapsed_s for c in calls) > 120
+    unit = 60 if minutes else 1
+    tokens, cost, t_sum, c_sum = [], [], 0, 0.0
+    for c in calls:
+        t_sum += c.prompt_tokens + c.completion_tokens
+        c_sum += c.cost_usd or 0.0
+        tokens.append((c.elapsed_s / unit, t_sum))
+        cost.append((c.elapsed_s / unit, c_sum))
+    xlabel = "run time (min)" if minutes else "run time (s)"
+    out = []
+    for name, pts, ylabel, color in (("tokens", tokens, "tokens (prompt + completion)", "#1f77b4"),
+                                     ("cost", cost, "cost (USD, priced calls)", "#d62728")):
+        xmax, ymax = max(p[0] for p in pts), max(p[1] for p in pts)
+        plot = Plot((0, xmax or 1), (0, (ymax or 1) * 1.05), w=470, h=260, left=70)
+        line = " ".join(f"{plot.sx(x)},{plot.sy(y)}" for x, y in pts)
+        out.append(plot.svg(name, plot.axes(xlabel, ylabel) + f'<polyline data-mark="1" '
+                            f'fill="none" stroke="{color}" stroke-width="2" points="{line}"/>'))
+    return "".join(out)
+
+
+# -- text ------------------------------------------------------------------------------------
+
+def markdown(text: str) -> str:
+    """Headings, lists, paragraphs, `code` and **bold**; everything escaped first."""
+    html, items, para = [], [], []
+
+    def inline(s: str) -> str:
+        s = escape(s)
+        s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+        return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
+
+    def flush() -> None:
+        if items:
+            html.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+            items.clear()
+        if para:
+            html.append(f"<p>{' '.join(para)}</p>")
+            para.clear()
+
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("<!--") and s.endswith("-->"):
+            continue  # eat's markers around its own block
+        if m := re.match(r"(#{1,6})\s+(.*)", s):
+            flush()
+            level = min(len(m.group(1)) + 2, 6)
+            html.append(f"<h{level}>{inline(m.group(2))}</h{level}>")
+        elif m := re.match(r"[-*]\s+(.*)", s):
+            if para:
+                flush()
+            items.append(inline(m.group(1)))
+        elif not s:
+            flush()
+        elif items and line.startswith((" ", "\t")):
+            items[-1] += " " + inline(s)
+        else:
+            if items:
+                flush()
+            para.append(inline(s))
+    flush()
+    return "".join(html)
+
+
+def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
+    """A table of cells already escaped."""
+    return (f'<table class="{cls}"><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table>")
+
+
+def restructure_table(f: Facts) -> str:
+    rows = []
+    for x, e in f.restructures:
+        s = f.scores.get(e.seq)
+        verdict = ("not scored yet" if s is None else
+                   f'<b class="{"yes" if s.helped else "no"}">'
+                   f'{"helped" if s.helped else "did not help"}</b>: '
+                   f"{speedup_text(s.best_before)} → {speedup_text(s.best_after)}"
+                   + (f" ({escape(s.by)})" if s.by else ""))
+        rows.append([str(e.seq), str(x), escape(e.op), escape(e.team or "-"), escape(e.reason),
+                     escape(", ".join(dict.fromkeys(e.evidence))), speedup_text(e.best_before),
+                     verdict])
+    return _table(["seq", "after", "op", "team", "reason", "evidence", "best then", "score"],
+                  rows, "restructures")
+
+
+def _best_result(ws: Workspace, f: Facts) -> dict | None:
+    """The best candidate's evaluation, from its folder (best/ may be mid-swap)."""
+    best = next((c for c in f.candidates if c.candidate == f.best), None)
+    for path in ([ws.paths.result(best.team, best.candidate)] if best else []) + [
+            ws.paths.best / "result.json"]:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+# -- the page --------------------------------------------------------------------------------
+
+def _summary(ws: Workspace, f: Facts, max_evals: int) -> str:
+    st, stop = f.state, f.stopped
+    now = ("running" if ws.is_locked() else f"stopped ({stop.code or 'no code'}): {stop.reason}"
+           if stop else "not running (stopped without a record, e.g. crashed)")
+    best = f"{speedup_text(st.best_speedup)} ({st.best.cid})" if st.best else "none yet"
+    teams = _table(["team", "preset", "strategy", "state", "evaluations", "best"], [
+        [f'<span class="sw" style="background:{f.teams.get(t.id, "#777")}"></span>'
+         + escape(t.id), escape(t.preset), escape(t.strategy), escape(t.state), str(t.evals),
+         speedup_text(t.best_estimate)] for t in st.teams.values()])
+    return (f"<p><b>{escape(st.target)}</b>: {escape(now)}<br>Best <b>{escape(best)}</b> after "
+            f"{st.spent_evals} of {max_evals} evaluations ({st.retimes} re-times); "
+            f"{st.plateaus} plateaus, {st.restructures} restructures, {st.elapsed_s:.0f} s of "
+            "run time.</p>" + teams)
+
+
+def _usage(f: Facts) -> str:
+    u = f.state.usage
+    unpriced = f" ({u.unpriced_calls} calls without a known price)" if u.unpriced_calls else ""
+    return (f'<p class="note">{u.calls} LLM calls, {u.prompt + u.completion} tokens '
+            f"({u.cached} of the prompt's cached), ${u.cost_usd:.4f}{unpriced}</p>"
+            f'<div class="pair">{llm_charts(f.llm)}</div>')
+
+
+def render(ws: Workspace) -> str:
+    events, _ = ws.read_events()  # a torn last line (a run writing it now) is left out
+    config = ws.config()
+    f = collect(events, config)
+    legend = "".join(f'<button class="key" data-team="{escape(t)}"><span class="sw" '
+                     f'style="background:{c}"></span>{escape(t)}</button>'
+                     for t, c in f.teams.items())
+    sections = [("Run", _summary(ws, f, config.max_evals))]
+    if f.candidates:
+        sections.append(("Best speedup over evaluations",
+                         f'<p class="note">Each team\'s best so far (solid; click a team to hide '
+                         f"it) and the run's best (dashed). Markers above: "
+                         f'<span style="color:{PLATEAU}">▼ plateaus</span> and '
+                         f'<span style="color:{RESTRUCTURE}">◆ restructures</span>; hover for '
+                         f"their reasons.</p><div>{legend}</div>{progress_chart(f)}"))
+        sections.append(("Lineage of candidates",
+                         '<p class="note">Parent → child, left to right in the order they were '
+                         "evaluated (a candidate whose agent named no parent hangs from the "
+                         "baseline, at 0); hollow: failed; ringed: the run's best. Hover a "
+                         f"candidate for what it tried.</p>{lineage_chart(f)}"))
+    else:
+        sections.append(("Best speedup over evaluations", "<p>No candidate evaluated yet.</p>"))
+    result = _best_result(ws, f) if f.best else None
+    if result and result.get("workloads"):
+        vendor = f" Vendor: {escape(result['vendor'])}." if result.get("vendor") else ""
+        missing = [what for what, key in (("no vendor timed", "vendor"),
+                                          ("no measured peak (eat doctor)", "peak_fraction"))
+                   if not any(w.get(key) for w in result["workloads"])]
+        sections.append((f"Per-workload times of the best ({escape(f.best)})",
+                         f'<p class="note">Median latency on {escape(result.get("device") or "?")}'
+                         f" (log scale); speedup over the baseline in brackets; \"at peak\": "
+                         f"the time at the device's measured peak throughput.{vendor}"
+                         f"{' (' + ', '.join(missing) + '.)' if missing else ''}</p>"
+                         f"{workloads_chart(result)}"))
+    else:
+        sections.append(("Per-workload times of the best", "<p>No timed best candidate yet.</p>"))
+    if f.llm:
+        sections.append(("Tokens and cost", _usage(f)))
+    else:
+        sections.append(("Tokens and cost", f"<p>No LLM calls: this run's agents and "
+                         f"supervisor worked offline (model {escape(config.model)}), so it "
+                         "spent no tokens and nothing.</p>"))
+    sections.append(("Restructure decisions", restructure_table(f) if f.restructures else
+                     "<p>No restructure yet.</p>"))
+    learning = read_settled(ws.paths.learning)
+    sections.append(("LEARNING.md", f'<div class="md">{markdown(learning)}</div>' if learning
+                     else "<p>No LEARNING.md.</p>"))
+    body = "".join(f"<section><h2>{title}</h2>{html}</section>" for title, html in sections)
+    return PAGE.format(title=escape(f"eat report: {f.state.target}"), css=CSS, js=JS, body=body)
+
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#222;
+  padding:0 12px}
+h1{font-size:22px}
+h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
+svg.chart{width:100%;height:auto;display:block;font-size:11px}
+svg text{fill:#333}svg .label,svg .rail{font-size:12px}
+.grid{stroke:#e6e6e6}.axis,.tick{stroke:#888}
+.pair{display:flex;gap:12px}.pair svg.chart{width:50%}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f5f5f5}
+.sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px}
+.key{font:inherit;border:1px solid #ccc;background:#fff;border-radius:4px;margin:0 4px 4px 0;
+  cursor:pointer}
+.key.off{opacity:.4}.note{color:#555}.yes{color:#1a7f37}.no{color:#b42318}
+.md{background:#fafafa;border:1px solid #eee;padding:4px 14px}code{background:#eee;padding:0 3px}
+"""
+
+# Errors and the charts drawn are noted on <body> (data-errors, data-charts) so a headless
+# browser's dumped DOM shows whether the page worked.
+JS = """
+(function(){
+  var errors=[];
+  function note(m){errors.push(String(m));
+    if(document.body)document.body.setAttribute('data-errors',errors.join(' | '));}
+  window.addEventListener('error',function(e){note(e.message);});
+  var original=console.error;
+  console.error=function(){note([].join.call(arguments,' '));original.apply(console,arguments);};
+  document.addEventListener('DOMContentLoaded',function(){
+    var drawn=0;
+    document.querySelectorAll('svg.chart').forEach(function(svg){
+      var box=svg.getBoundingClientRect();
+      if(box.width>0&&box.height>0&&svg.querySelector('[data-mark]')){
+        svg.setAttribute('data-drawn','1');drawn++;}
+    });
+    document.querySelectorAll('button.key').forEach(function(b){
+      b.addEventListener('click',function(){
+        b.classList.toggle('off');
+        document.querySelectorAll('g.team').forEach(function(g){
+          if(g.getAttribute('data-team')===b.getAttribute('data-team'))
+            g.style.display=b.classList.contains('off')?'none':'';});
+      });
+    });
+    document.body.setAttribute('data-errors',errors.join(' | '));
+    document.body.setAttribute('data-charts',String(drawn));
+  });
+})();
+"""
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title><style>{css}</style><script>{js}</script></head>
+<body><h1>{title}</h1>{body}</body></html>
+"""
