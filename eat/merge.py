@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 KEEP_S = 10.0     # how long a swapped-out file and people's newly read lines are kept
-KEEP_FILES = 64   # swapped-out files kept open per file at most (eat may rewrite very often)
+KEEP_FILES = 64   # swapped-out files kept open at most (eat may rewrite very often)
 MERGE_TRIES = 50
 _RENAME_EXCHANGE, _AT_FDCWD = 2, -100
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -82,11 +82,10 @@ def read_settled(path: Path) -> str | None:
 
 class _People:
     """What eat has seen people write in one file: each line with when eat first read it and
-    the line before it, and the files it swapped out lately (open, text as read, when)."""
+    the line before it."""
 
     def __init__(self) -> None:
         self.lines: dict[str, tuple[float, str | None]] = {}
-        self.swapped: list[tuple[int, str, float]] = []
 
     def observe(self, text: str | None, people: Callable[[str], str]) -> None:
         if text is None:
@@ -113,24 +112,6 @@ class _People:
             lines.insert(where, line)
         return "\n".join(lines)
 
-    def keep(self, fd: int, text: str) -> None:
-        self.swapped.append((fd, text, time.monotonic()))
-        if len(self.swapped) > KEEP_FILES:  # the oldest: a save that opened it is long done
-            os.close(self.swapped.pop(0)[0])
-
-    def late_saves(self, people: Callable[[str], str]) -> None:
-        """Observe what landed in swapped-out files since; let go of those older than KEEP_S."""
-        now, kept = time.monotonic(), []
-        for fd, text, at in self.swapped:
-            landed = _pread_all(fd)
-            if landed != text:
-                self.observe(_settled(lambda: _pread_all(fd), landed), people)
-            if now - at < KEEP_S:
-                kept.append((fd, landed, at))
-            else:
-                os.close(fd)
-        self.swapped = kept
-
 
 def _pread_all(fd: int) -> str:
     size = os.fstat(fd).st_size
@@ -138,7 +119,34 @@ def _pread_all(fd: int) -> str:
 
 
 _seen: dict[Path, _People] = {}
+# Files eat swapped out in the last KEEP_S seconds, still open: (path, fd, text as read, when).
+_swapped: list[tuple[Path, int, str, float]] = []
+_written: dict[Path, tuple] = {}  # path -> the mark of the text eat last put there
 _lock = threading.Lock()  # one rewrite at a time, whichever thread asks
+
+
+def ours(path: Path) -> bool:
+    """Whether the file at `path` is still exactly what eat last wrote there (a watcher's
+    way to tell eat's own rewrites from people's saves, with one stat)."""
+    mark = _written.get(path.resolve())
+    return mark is not None and _mark(path) == mark
+
+
+def _late_saves(path: Path, seen: _People, people: Callable[[str], str]) -> None:
+    """Observe what saves in place wrote into `path`'s swapped-out files since eat read them;
+    close every swapped-out file older than KEEP_S, or beyond the newest KEEP_FILES."""
+    now, kept = time.monotonic(), []
+    for i, (where, fd, text, at) in enumerate(_swapped):
+        if where == path:
+            landed = _pread_all(fd)
+            if landed != text:
+                seen.observe(_settled(lambda: _pread_all(fd), landed), people)
+                text = landed
+        if now - at < KEEP_S and len(_swapped) - i <= KEEP_FILES:
+            kept.append((where, fd, text, at))
+        else:
+            os.close(fd)
+    _swapped[:] = kept
 
 
 def merge_write(path: Path, make: Callable[[str | None], str],
@@ -152,9 +160,10 @@ def merge_write(path: Path, make: Callable[[str | None], str],
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.merge.tmp")
     with _lock:
-        seen = _seen.setdefault(path.resolve(), _People()) if people else None
+        key = path.resolve()
+        seen = _seen.setdefault(key, _People()) if people else None
         if seen:
-            seen.late_saves(people)
+            _late_saves(key, seen, people)
 
         def merged(text: str | None) -> str | None:
             if seen:
@@ -171,6 +180,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
             tmp.write_text(new)
             if there is None:
                 try:
+                    _written[key] = _mark(tmp)
                     os.link(tmp, path)   # fails if a file appeared meanwhile: merge with it
                     return True
                 except FileExistsError:
@@ -184,6 +194,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
                 there, mark = _read(path)
                 base = there
                 continue
+            _written[key] = _mark(tmp)  # before the swap: a watcher may look at once
             if not _exchange(tmp, path):
                 os.replace(tmp, path)    # no atomic swap here: the check above is all we have
                 return True
@@ -194,7 +205,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
             if old == "":
                 old = _settled(lambda: _pread_all(fd), old)
             if seen:
-                seen.keep(fd, old)
+                _swapped.append((key, fd, old, time.monotonic()))
             else:
                 os.close(fd)
             if old == there:

@@ -24,7 +24,7 @@ import yaml
 from eat.errors import BadInput
 from eat.events import HumanSteered
 from eat.learning import outside
-from eat.merge import read_settled
+from eat.merge import ours, read_settled
 from eat.workspace import Paths, Workspace, write_atomic
 
 MAX_TEXT = 2000  # characters of an edit kept in the event (and shown in prompts)
@@ -117,8 +117,8 @@ class Steering:
         relevant = (path == self.paths.learning or path.parent == self.paths.inbox or
                     (path.parent.parent == self.paths.teams and
                      path.name in ("NOTES.md", "team.yaml")))
-        if not relevant:
-            return
+        if not relevant or ours(path):
+            return  # eat's own rewrite: nothing a person said
         with self._lock:
             self._changed.add(path)
             wake, self._woken = not self._woken, True

@@ -17,7 +17,6 @@ import serial_run
 from eat.cli import app
 from eat.events import LLMCalled
 from eat.report import write_report
-from eat.steer import Steering
 from eat.workspace import Workspace
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -64,11 +63,7 @@ class Page(HTMLParser):
 def run60(tmp_path_factory) -> Path:
     """60 evaluations of the scripted landscape by the offline teams, supervision on."""
     ws = tmp_path_factory.mktemp("report") / "ws"
-    with pytest.MonkeyPatch.context() as mp:
-        # The file watcher reacts to the run's own writes and makes this run several times
-        # slower on a busy machine; the report reads none of what it records.
-        mp.setattr(Steering, "start", lambda self: None)
-        serial_run.run(ws, max_evals=60)
+    serial_run.run(ws, max_evals=60)
     return ws
 
 

@@ -1,6 +1,7 @@
 """Steering by files: people's saves survive eat's rewrites; edits become human_steered events
 that the next prompts carry."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,43 @@ def _wait_for(ws, kind, n=1, timeout=5.0):
             return found
         time.sleep(0.02)
     return _events(ws, kind)
+
+
+def test_swapped_out_files_kept_for_late_saves_are_bounded(tmp_path):
+    # Each rewrite keeps what it swapped out open for a while; a long run with many teams
+    # rewrites many files, and must not run out of file descriptors.
+    from eat.merge import KEEP_FILES
+
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(3 * KEEP_FILES):
+        doc = tmp_path / f"NOTES{i}.md"
+        doc.write_text(f"# Notes\n\n{BEGIN}\n{END}\nmine {i}\n")
+        assert merge_write(doc, lambda text: splice(text, f"block {i}"), people=outside)
+        assert f"mine {i}" in doc.read_text() and f"block {i}" in doc.read_text()
+    assert len(os.listdir("/proc/self/fd")) - before <= KEEP_FILES + 1
+
+
+def test_eats_own_rewrites_do_not_wake_the_loop_but_a_persons_save_does(tmp_path):
+    # Waking on its own writes made the loop re-read every steerable file after every
+    # evaluation (a 60-evaluation fake run took twice as long).
+    from eat.steer import Steering
+    from eat.workspace import Paths
+
+    paths = Paths(tmp_path)
+    paths.learning.write_text(f"# Learning\n\n{BEGIN}\nNothing learned yet.\n{END}\n")
+    woken = threading.Event()
+    steering = Steering(paths)
+    steering.wake = woken.set
+    steering.start()
+    try:
+        for n in range(1, 7):
+            assert update(paths.learning, grown_history(n).state, TARGET)
+        time.sleep(0.5)  # inotify delivers within milliseconds; give it ample time
+        assert not woken.is_set()
+        paths.learning.write_text(paths.learning.read_text() + "A person's line.\n")
+        assert woken.wait(5.0)
+    finally:
+        steering.stop()
 
 
 def test_an_edit_to_learning_md_mid_run_is_recorded_within_2s_and_reaches_the_next_prompt(
