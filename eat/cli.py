@@ -260,6 +260,9 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     state = "running" if st["running"] else \
         f"stopped: {st['stopped']}: {st['stop_reason']}" if st["stopped"] else "stopped: crashed"
     out.print(f"{st['target']}  {state}", markup=False)
+    if st["skill"]:
+        out.print(f"started from the skill {st['skill']['name']} ({st['skill']['file']}: "
+                  f"{st['skill']['best']} at {st['skill']['best_speedup']:.2f}x)", markup=False)
     out.print(f"evaluations {st['evaluations']}/{st['max_evals']} ({st['retimes']} re-times), "
               f"best {best}, plateaus {st['plateaus']}, restructures {st['restructures']}, "
               f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}", markup=False)
