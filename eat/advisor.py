@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
-from eat.agents.llm import json_object, render
+from eat.agents.llm import json_object, render, skill_text
 from eat.events import speedup_text
 from eat.llm import LLMClient
 from eat.plateau import Plateau
@@ -99,9 +99,11 @@ def to_operations(d: Decision, state: RunState) -> list[Operation]:
 class LLMAdvisor:
     """Asks a model for the diagnosis and restructure; None means: use the rules."""
 
-    def __init__(self, client: LLMClient, target, presets: dict, learning_path, max_teams: int):
+    def __init__(self, client: LLMClient, target, presets: dict, learning_path, max_teams: int,
+                 skill_path=None):
         self.client, self.target, self.presets = client, target, presets
         self.learning_path, self.max_teams = learning_path, max_teams
+        self.skill_path = skill_path  # SKILL.md the run was started with, if it exists
 
     def decide(self, plateaus: list[Plateau], state: RunState) -> Decision | None:
         messages = [{"role": "user", "content": self._prompt(plateaus, state)}]
@@ -138,4 +140,5 @@ class LLMAdvisor:
                       scores=scores, steering=prompt_lines(state, None),
                       threshold=state.threshold(), recent=recent, plateaus=plateaus,
                       presets=self.presets, learning=learning, max_ops=MAX_OPS,
+                      skill=skill_text(self.skill_path),
                       max_teams=self.max_teams)

@@ -202,7 +202,10 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
                                             "`command` runtime runs in a team's worktree."),
           config: Path = typer.Option(None, "--config",
                                       help="TOML file of run settings (default: ./eat.toml if "
-                                      "present); flags override it.")):
+                                      "present); flags override it."),
+          skill: Path = typer.Option(None, "--skill", help="SKILL.md of an earlier run on the "
+                                     "same knobs (eat skill export): every agent and the "
+                                     "supervisor get it; offline teams start from its best.")):
     """Start a run on a target in a new workspace."""
     from eat.config import make_config, settings_file
     from eat.run import start_run
@@ -219,7 +222,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
     options = settings_file(config) | flags
     shown = make_config(target=str(target), **options)
     _run_with_progress(start_run, target, workspace, shown_evals=shown.max_evals,
-                       shown_time=shown.max_time_s, **options)
+                       shown_time=shown.max_time_s, skill=skill, **options)
 
 
 @app.command()
@@ -257,6 +260,9 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     state = "running" if st["running"] else \
         f"stopped: {st['stopped']}: {st['stop_reason']}" if st["stopped"] else "stopped: crashed"
     out.print(f"{st['target']}  {state}", markup=False)
+    if st["skill"]:
+        out.print(f"started from the skill {st['skill']['name']} ({st['skill']['file']}: "
+                  f"{st['skill']['best']} at {st['skill']['best_speedup']:.2f}x)", markup=False)
     out.print(f"evaluations {st['evaluations']}/{st['max_evals']} ({st['retimes']} re-times), "
               f"best {best}, plateaus {st['plateaus']}, restructures {st['restructures']}, "
               f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}", markup=False)
@@ -304,6 +310,23 @@ def report(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     from eat.report import write_report
 
     out.print(f"wrote {write_report(workspace, output)}", markup=False)
+
+
+skill_app = typer.Typer(no_args_is_help=True, help="What a run learned, as a reusable "
+                        "SKILL.md.")
+app.add_typer(skill_app, name="skill")
+
+
+@skill_app.command("export")
+@_reports_errors
+def skill_export(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+                 out_file: Path = typer.Option(None, "--out", "-o", help="File to write "
+                                               "(default: ./SKILL.md).")):
+    """Write what a run learned as a SKILL.md: lessons with evidence, knob effects, dead
+    ends, the best candidate, and its best configurations for `eat start --skill`."""
+    from eat.skill import export
+
+    out.print(f"wrote {export(workspace, out_file)}", markup=False)
 
 
 def _agent_request(kind: str, message: str, as_json: bool) -> None:

@@ -24,6 +24,8 @@ class RunStarted(_Event):
     target_path: str
     model: str
     config: dict[str, Any] = {}
+    skill: dict[str, Any] | None = Field(None, description="The skill the run was started with "
+                                         "(eat.skill.record: name, file, best); None: none.")
 
 
 class RunResumed(_Event):
@@ -201,7 +203,8 @@ def describe(e: Event) -> str:
     """One line for people: EVOLUTION.md rows and git commit messages."""
     match e:
         case RunStarted():
-            return f"run started on {e.target} with model {e.model}"
+            skill = f", from the skill {e.skill['name']}" if e.skill else ""
+            return f"run started on {e.target} with model {e.model}{skill}"
         case RunResumed():
             extra = f", recovered {', '.join(e.recovered)}" if e.recovered else ""
             return f"run resumed{extra}"

@@ -20,11 +20,12 @@ from eat.errors import BadInput, RunnerUnavailable
 from eat.events import Event, LLMCalled, RunResumed, RunStarted, RunStopped, TeamSpawned
 from eat.llm import LLMClient, LLMSettings, check_model
 from eat.runners.base import Evaluation, Runner, runner_for
+from eat.skill import Skill, load as load_skill, record as skill_record
 from eat.state import RunState
 from eat.steer import Steering
 from eat.target import EvalConfig, Target, load_target
 from eat.team import evaluated_event, load_presets, write_notes
-from eat.workspace import Workspace
+from eat.workspace import Workspace, write_atomic
 
 
 
@@ -59,8 +60,10 @@ def _close(runner: Runner) -> None:
         runner.close()
 
 
-def _make_agent_factory(config: RunConfig, target: Target, presets: dict):
-    """(team, ctx) -> its agent: offline knob search, or the LLM agent with each role's model."""
+def _make_agent_factory(config: RunConfig, target: Target, presets: dict,
+                        skill: Skill | None = None):
+    """(team, ctx) -> its agent: offline knob search (from the skill's configurations, if
+    given), or the LLM agent with each role's model (the skill is in its prompts)."""
     for model in {config.model, config.supervisor_model} - {"offline", None}:
         check_model(model, config.api_base)
     runtimes = {config.agent} if config.agent else {p.runtime for p in presets.values()
@@ -85,7 +88,7 @@ def _make_agent_factory(config: RunConfig, target: Target, presets: dict):
         llm_roles = {n: r for n, r in roles.items() if r.agent == "llm" or runtime == "prompt"
                      or (r.agent == "auto" and config.model != "offline")}
         if not llm_roles:
-            return OfflineAgent(target, seed=config.seed)
+            return OfflineAgent(target, seed=config.seed, skill=skill and skill.data)
 
         def client_for(role: str) -> LLMClient:
             r = roles.get(role)
@@ -118,31 +121,36 @@ def _advisor(ctx: RunContext) -> LLMAdvisor | None:
     if not model:
         return None
     return LLMAdvisor(llm_client(ctx, model), ctx.target, ctx.presets, ctx.ws.paths.learning,
-                      ctx.config.max_teams)
+                      ctx.config.max_teams, skill_path=ctx.ws.paths.skill)
 
 
 def start_run(target_path: Path, workspace: Path | None = None, *,
               on_event: Callable[[Event, RunState], None] | None = None,
               runner: Runner | None = None, eval_config: EvalConfig | None = None,
               sleep: Callable[[float], None] = time.sleep,
-              make_agent: Callable | None = None, **overrides) -> tuple[Path, Stop]:
+              make_agent: Callable | None = None, skill: Path | None = None,
+              **overrides) -> tuple[Path, Stop]:
     """Create a workspace for the target and run it; returns (workspace, why it stopped).
     `runner` and `make_agent` ((team, ctx) -> its agent) replace the target's runner and the
-    configured agents (tests and benchmarks)."""
+    configured agents (tests and benchmarks). `skill`: a SKILL.md of an earlier run on the same
+    knob space, copied into the workspace (resume reads the copy) and given to every agent."""
     target = load_target(target_path)
     config = make_config(target=str(Path(target_path).resolve()), **overrides)
+    given, skill = skill, load_skill(skill, target) if skill is not None else None
     presets = load_presets()
     for name in config.start_teams():
         if name not in presets:
             raise BadInput(f"team preset {name!r} not found (have: {', '.join(presets)})")
-    make_agent = make_agent or _make_agent_factory(config, target, presets)
+    make_agent = make_agent or _make_agent_factory(config, target, presets, skill)
     owned, runner = runner is None, _runner_for(target, runner, config)
     try:
         ws = Workspace.create(workspace or default_workspace(target), config)
         with ws.lock():
+            if skill:
+                write_atomic(ws.paths.skill, skill.text)
             ctx = _context(ws, config, target, presets, make_agent, runner, ws.load(),
                            eval_config=eval_config, on_event=on_event, sleep=sleep)
-            _begin(ctx)
+            _begin(ctx, skill_record(skill, given) if skill else None)
             return ws.paths.root, _loop(ctx)
     finally:
         if owned:  # a runner the caller gave is the caller's to end
@@ -161,12 +169,13 @@ def _context(ws: Workspace, config: RunConfig, target: Target, presets: dict, ma
     return ctx
 
 
-def _begin(ctx: RunContext) -> None:
+def _begin(ctx: RunContext, skill: dict | None = None) -> None:
     """Record the run's start and its first teams (also when a crash cut `start` short)."""
     config, target = ctx.config, ctx.target
     if ctx.state.seq == 0:
         ctx.record(RunStarted(target=target.name, target_path=config.target,
-                              model=config.model, config=config.model_dump(mode="json")))
+                              model=config.model, config=config.model_dump(mode="json"),
+                              skill=skill))
     for i, name in enumerate(config.start_teams()):
         p = ctx.presets[name]
         if f"{p.name}-{i + 1}" not in ctx.state.teams:
@@ -192,7 +201,8 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
             ws.save_config(config)
         target = load_target(config.target)
         presets = load_presets()
-        make_agent = _make_agent_factory(config, target, presets)
+        skill = load_skill(ws.paths.skill, target) if ws.paths.skill.is_file() else None
+        make_agent = _make_agent_factory(config, target, presets, skill)
         events = ws.load()
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
@@ -262,6 +272,7 @@ def run_status(workspace: Path) -> dict:
     last = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
                                                            "run_started")), None)
     stopped = last if last and last.type == "run_stopped" else None
+    started = events[0] if events and events[0].type == "run_started" else None
     return {
         "workspace": str(ws.paths.root),
         "target": state.target,
@@ -274,6 +285,7 @@ def run_status(workspace: Path) -> dict:
         "max_evals": config.max_evals,
         "failed_attempts": state.failed_attempts,
         "elapsed_s": round(state.elapsed_s, 1),
+        "skill": started.skill if started else None,
         "best_speedup": best.estimate if best else None,
         "best_candidate": best.cid if best else None,
         "best_gflops": best.gflops if best else None,

@@ -3,7 +3,7 @@
 The worktree (branch `team/<id>` of the workspace's repository, under `worktrees/<id>/`)
 holds the candidate file the agent edits, read-only copies of the target's reference and
 baseline, the agent's NOTES.md and TASK.md (what to do, how to check and submit, the team's
-standing); LEARNING.md links to the run's, and `others/` holds the other teams' best
+standing); LEARNING.md links to the run's (SKILL.md too, when the run has a skill), and `others/` holds the other teams' best
 candidates. It is made at the team's first turn, from the candidate the team starts from (a
 fork's chosen candidate), and kept after the team is retired: its branch records its attempts.
 """
@@ -38,10 +38,11 @@ def prepare(ctx: RunContext, team: Team, state: RunState) -> str | None:
     folder = paths.worktree(team.id)
     for src in (target.path(target.reference.file), target.path(target.baseline.file)):
         _read_only_copy(src, paths.reference_copy(team.id, src.name))
-    link = folder / "LEARNING.md"
-    if not link.is_symlink():
-        link.unlink(missing_ok=True)
-        link.symlink_to(os.path.relpath(paths.learning, folder))
+    for shared in (paths.learning, paths.skill):
+        link = folder / shared.name
+        if shared.exists() and not link.is_symlink():
+            link.unlink(missing_ok=True)
+            link.symlink_to(os.path.relpath(shared, folder))
     _others(ctx, team, state)
     write_atomic(paths.task_file(team.id), task_text(ctx, team, state, start), durable=False)
     return parent
@@ -79,5 +80,5 @@ def task_text(ctx: RunContext, team: Team, state: RunState, start) -> str:
         target.language), reference=target.path(target.reference.file).name,
         baseline=target.path(target.baseline.file).name,
         start=x(start) if start else "the baseline", best=x(team.best), run_best=x(state.best),
-        recent=recent, limits={"submits": cfg.agent_submits, "steps": cfg.agent_steps,
+        recent=recent, skill=ctx.ws.paths.skill.is_file(), limits={"submits": cfg.agent_submits, "steps": cfg.agent_steps,
                                "wall_s": cfg.agent_wall_s})

@@ -197,7 +197,7 @@ def test_prompts_describe_python_targets(dps):
     system = render("system.md.j2", target=dps)
     assert "function `scale`" in system and "destination-passing" in system
     context = render("context.md.j2", target=dps, reference_source=DPS_REF,
-                     baseline_source="def scale(x, out): ...", learning="")
+                     baseline_source="def scale(x, out): ...", learning="", skill="")
     assert "Entry point: `scale` (function)" in context and "Shapes" not in context
 
 

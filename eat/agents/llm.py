@@ -67,6 +67,14 @@ def render(name: str, **values) -> str:
     return _ENV.get_template(name).render(**values)
 
 
+def skill_text(path: Path | None) -> str:
+    """The run's SKILL.md for a prompt, without its front matter ('' when the run has none);
+    not checked again: `eat start` and `eat resume` did."""
+    from eat.skill import body
+
+    return body(path.read_text()) if path is not None and path.is_file() else ""
+
+
 def _idea(reply: str) -> str:
     """The reply's first line of prose: what the model says it tries."""
     for line in reply.splitlines():
@@ -102,6 +110,7 @@ class LLMAgent:
         learning = self.paths.learning.read_text() if self.paths.learning.exists() else ""
         system = render("system.md.j2", target=t)
         context = render("context.md.j2", target=t, learning=learning,
+                         skill=skill_text(self.paths.skill),
                          reference_source=t.path(t.reference.file).read_text(),
                          baseline_source=t.baseline_source())
         return system, context
