@@ -19,7 +19,8 @@ from eat.events import (CandidateEvaluated, LLMCalled, PlateauDetected, Restruct
                         Restructured, RunResumed, RunStopped, TeamSpawned, describe,
                         speedup_text)
 from eat.state import RunState
-from eat.workspace import Workspace, read_settled, write_atomic
+from eat.merge import read_settled
+from eat.workspace import Workspace, write_atomic
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
           "#e377c2", "#7f7f7f", "#bcbd22"]
