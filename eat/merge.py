@@ -19,6 +19,7 @@ import errno
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable
 
@@ -121,15 +122,16 @@ def _pread_all(fd: int) -> str:
 _seen: dict[Path, _People] = {}
 # Files eat swapped out in the last KEEP_S seconds, still open: (path, fd, text as read, when).
 _swapped: list[tuple[Path, int, str, float]] = []
-_written: dict[Path, tuple] = {}  # path -> the mark of the text eat last put there
+# path -> the marks of the texts eat last put there: a watcher may look at a file only after
+# eat's next rewrite has begun (or ended), so the last few count as eat's own.
+_written: dict[Path, deque] = {}
 _lock = threading.Lock()  # one rewrite at a time, whichever thread asks
 
 
 def ours(path: Path) -> bool:
-    """Whether the file at `path` is still exactly what eat last wrote there (a watcher's
+    """Whether the file at `path` is one eat wrote there lately, untouched since (a watcher's
     way to tell eat's own rewrites from people's saves, with one stat)."""
-    mark = _written.get(path.resolve())
-    return mark is not None and _mark(path) == mark
+    return _mark(path) in _written.get(path.resolve(), ())
 
 
 def _late_saves(path: Path, seen: _People, people: Callable[[str], str]) -> None:
@@ -161,6 +163,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
     tmp = path.with_name(f".{path.name}.merge.tmp")
     with _lock:
         key = path.resolve()
+        written = _written.setdefault(key, deque(maxlen=8))
         seen = _seen.setdefault(key, _People()) if people else None
         if seen:
             _late_saves(key, seen, people)
@@ -180,7 +183,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
             tmp.write_text(new)
             if there is None:
                 try:
-                    _written[key] = _mark(tmp)
+                    written.append(_mark(tmp))
                     os.link(tmp, path)   # fails if a file appeared meanwhile: merge with it
                     return True
                 except FileExistsError:
@@ -194,7 +197,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
                 there, mark = _read(path)
                 base = there
                 continue
-            _written[key] = _mark(tmp)  # before the swap: a watcher may look at once
+            written.append(_mark(tmp))  # before the swap: a watcher may look at once
             if not _exchange(tmp, path):
                 os.replace(tmp, path)    # no atomic swap here: the check above is all we have
                 return True

@@ -95,6 +95,8 @@ class Steering:
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event):
+                if event.event_type in ("opened", "closed_no_write", "attrib"):
+                    return  # a read (eat's own, every rewrite) changes nothing
                 for p in (event.src_path, getattr(event, "dest_path", "")):
                     if p:
                         steering._noticed(Path(os.fsdecode(p)))

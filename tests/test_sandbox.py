@@ -32,13 +32,14 @@ def test_environment_keeps_path_and_drops_secrets(tmp_path, monkeypatch):
 
 
 def test_wall_clock_kill_reaches_the_whole_group(tmp_path):
-    code = ("import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)")
+    mark = f"300.{os.getpid()}"  # a sleep of this test's own, not one another process runs
+    code = (f"import subprocess, time; subprocess.Popen(['sleep', '{mark}']); time.sleep(300)")
     start = time.monotonic()
     done = _py(code, tmp_path, limits=sandbox.Limits(wall_s=1))
     assert done.timed_out and time.monotonic() - start < 10
     deadline = time.monotonic() + 5  # SIGKILL is delivered asynchronously
     while (leftovers := [p for p in os.listdir("/proc")
-                         if p.isdigit() and _cmdline(p) == "sleep300"]) and \
+                         if p.isdigit() and _cmdline(p) == f"sleep{mark}"]) and \
             time.monotonic() < deadline:
         time.sleep(0.05)
     assert leftovers == []
