@@ -62,7 +62,7 @@ def _progress(ws, proc, timeout: float = 120.0) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed, workers", [(1, 1), (2, 1), (3, 4)])
+@pytest.mark.parametrize("seed, workers", [(1, 1), (3, 4)])
 def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed, workers):
     """With 4 workers, turns in flight at the kill are dropped (they wrote nothing) and redone
     or not on resume; what was recorded stays as it was."""
