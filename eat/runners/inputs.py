@@ -1,4 +1,4 @@
-"""Input sets and expected outputs of native targets: made once per target, kept on disk.
+"""Input sets and expected outputs of a target: made once per target, kept on disk.
 
 A set is one seed's inputs for one workload and what the reference makes of them. Verification
 uses seeds 0..seeds-1. Timing uses a pool of other seeds, one per timed round, so no timed call
@@ -6,13 +6,15 @@ of a candidate sees inputs it has seen before in its process: a memo keyed on in
 gains nothing. The pool holds warmup + max_repeats sets where they fit in `pool_mb`; where they
 do not (large GPU workloads), rounds cycle through fewer sets.
 
-Sets are made by `python -m eat.runners.inputs`, a child with no candidate code in it, and kept
-as files under cache_dir()/inputs/<target>-<key>/, the key hashing everything that decides
-them (the reference's source, the arguments, shapes and workloads, numpy's version), so a
-changed target gets new sets. The child reports each file's fingerprint (inode, size, ctime:
-any write, rename or chmod changes the ctime, which no system call sets back); harnesses refuse
-a file that no longer matches it, so a set changed on disk after that is not trusted.
-Only numpy and the standard library are imported on the child's side.
+Sets are made by a child with no candidate code in it (native targets: `python -m
+eat.runners.inputs`; Python ones: `python -m eat.runners.py_harness prepare`, which calls the
+reference in its framework) and kept as files under cache_dir()/inputs/<target>-<key>/, the
+key hashing everything that decides them (the reference's source, the arguments, shapes and
+workloads, numpy's and the framework's versions), so a changed target gets new sets. The child
+reports each file's fingerprint (inode, size, ctime: any write, rename or chmod changes the
+ctime, which no system call sets back); harnesses refuse a file that no longer matches it, so a
+set changed on disk after that is not trusted. Only numpy and the standard library are
+imported here (the native child's side).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from eat.runners.cabi import C_TYPES
 
 PROBE_TAG = "EAT-INPUTS "
 TIMED_SEED0 = 1_000_000  # timed seeds start here: none is a verification seed
-VERSION = "2"  # bump when make_set changes what it makes
+VERSION = "3"  # bump when what a set file holds changes
 
 
 def pool_size(set_bytes: int, warmup: int, rounds: int, pool_mb: int) -> int:
@@ -52,12 +54,6 @@ def load_py(path: str, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def set_bytes(job: dict, workload: dict) -> int:
-    """Bytes of one set: every pointer argument once (inputs, and outputs as expected)."""
-    return sum(int(np.prod(workload["shapes"][a["name"]], dtype=np.int64))
-               * np.dtype(C_TYPES[a["ctype"]]).itemsize for a in job["args"] if a["pointer"])
 
 
 def make_set(job: dict, workload: dict, ref_mod, seed: int) -> dict:
@@ -102,10 +98,11 @@ def fingerprint(path: Path) -> str:
 
 
 def _write_set(path: Path, s: dict) -> None:
-    """One file: a JSON line naming the arrays, then each as .npy (quicker to read than .npz)."""
+    """One file: a JSON line naming the arrays (and the set's `meta`, if any), then each array
+    as .npy (quicker to read than .npz)."""
     names = [f"in.{k}" for k in s["inputs"]] + [f"out.{k}" for k in s["expected"]]
     buf = io.BytesIO()
-    buf.write(json.dumps(names).encode() + b"\n")
+    buf.write(json.dumps({"names": names, "meta": s.get("meta")}).encode() + b"\n")
     for arr in [*s["inputs"].values(), *s["expected"].values()]:
         np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -113,27 +110,33 @@ def _write_set(path: Path, s: dict) -> None:
     os.replace(tmp, path)  # atomic: racing makers agree
 
 
-def prepare_job(job: dict) -> dict:
-    """Make the missing sets of every workload; {"workloads": [{"verify": [[file, fingerprint]...],
-    "time": [...]}]}. Runs where no candidate ever ran."""
-    folder = Path(job["dir"])
+def prepare(folder: Path, cfg: dict, workloads: int, make) -> dict:
+    """Make the missing sets of every workload with make(workload index, seed);
+    {"workloads": [{"verify": [[file, fingerprint]...], "time": [...]}]}. Runs where no
+    candidate ever ran."""
     folder.mkdir(parents=True, exist_ok=True)
-    ref_mod = load_py(job["reference"]["file"], "reference")
-    cfg, out = job["config"], []
-    for wi, w in enumerate(job["workloads"]):
-        pool = pool_size(set_bytes(job, w), cfg["warmup"], cfg["max_repeats"], cfg["pool_mb"])
-        seeds = {"verify": list(range(cfg["seeds"])),
-                 "time": [TIMED_SEED0 + j for j in range(pool)]}
-        lists = {}
-        for kind, kind_seeds in seeds.items():
-            lists[kind] = []
-            for seed in kind_seeds:
-                path = folder / f"w{wi}-s{seed}.set"
-                if not path.exists():
-                    _write_set(path, make_set(job, w, ref_mod, seed))
-                lists[kind].append([path.name, fingerprint(path)])
-        out.append(lists)
+    out = []
+    for wi in range(workloads):
+        def kept(seed: int) -> list[str]:
+            path = folder / f"w{wi}-s{seed}.set"
+            if not path.exists():
+                _write_set(path, make(wi, seed))
+            return [path.name, fingerprint(path)]
+
+        verify = [kept(seed) for seed in range(cfg["seeds"])]
+        # The first set's file says what one costs: a Python target's shapes are known only
+        # once its reference has made them.
+        size = (folder / verify[0][0]).stat().st_size
+        pool = pool_size(size, cfg["warmup"], cfg["max_repeats"], cfg["pool_mb"])
+        out.append({"verify": verify, "time": [kept(TIMED_SEED0 + j) for j in range(pool)]})
     return {"workloads": out}
+
+
+def prepare_job(job: dict) -> dict:
+    """prepare() for a native target: the arrays of its C signature."""
+    ref_mod = load_py(job["reference"]["file"], "reference")
+    return prepare(Path(job["dir"]), job["config"], len(job["workloads"]),
+                   lambda wi, seed: make_set(job, job["workloads"][wi], ref_mod, seed))
 
 
 def _manifest(folder: Path, sizes: tuple) -> Path:
@@ -173,11 +176,13 @@ class SetFiles:
     """The sets of one workload and mode, loaded from disk when first asked for.
 
     Indexable like a list of sets; keeps the few most recently used, so a long pool of large
-    sets does not have to fit in memory at once.
+    sets does not have to fit in memory at once. `convert`, if given, turns a set as read
+    (its "inputs", "expected" and "meta") into what is kept, e.g. arrays on a device.
     """
 
-    def __init__(self, folder: str, entries: list[list[str]], keep: int = 4):
+    def __init__(self, folder: str, entries: list[list[str]], keep: int = 4, convert=None):
         self.folder, self.entries, self.keep = Path(folder), entries, keep
+        self.convert = convert or (lambda s: s)
         self._loaded: dict[int, dict] = {}
 
     def __len__(self) -> int:
@@ -191,7 +196,9 @@ class SetFiles:
             # Read straight into the arrays (numpy reads a real file without a staging copy);
             # the fingerprint, taken after, says whether what was read is what was made.
             with open(path, "rb") as f:
-                for key in json.loads(f.readline()):
+                head = json.loads(f.readline())
+                s["meta"] = head["meta"]
+                for key in head["names"]:
                     kind, name_ = key.split(".", 1)
                     s["inputs" if kind == "in" else "expected"][name_] = \
                         np.lib.format.read_array(f, allow_pickle=False)
@@ -200,16 +207,22 @@ class SetFiles:
                                  f"delete {self.folder} to make the sets again")
             while len(self._loaded) >= self.keep:
                 self._loaded.pop(next(iter(self._loaded)))
-            self._loaded[i] = s
+            self._loaded[i] = self.convert(s)
         return self._loaded[i]
 
 
-def main() -> None:
+def answer(prepare_fn) -> None:
+    """The child's side: the job on stdin, prepare_fn's answer (or why the reference failed)
+    on one tagged line."""
     job = json.loads(sys.stdin.read())
     try:
-        print(PROBE_TAG + json.dumps(prepare_job(job)), flush=True)
+        print(PROBE_TAG + json.dumps(prepare_fn(job)), flush=True)
     except Exception as e:  # the target's reference failed: say so on one line
         print(PROBE_TAG + json.dumps({"error": f"{type(e).__name__}: {e}"[:300]}), flush=True)
+
+
+def main() -> None:
+    answer(prepare_job)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The in-process half of the Python runner: `python -m eat.runners.py_harness` in a child.
 
 Same protocol as harness.py (JSON job on stdin, one nonce-tagged result line on a private copy
-of stdout). Inputs and expected outputs come from the reference before the candidate is
-imported, timed calls getting sets of their own, none seen before; harness.verify and
-harness.time_all judge and time it, a Case standing for a Workload and the backend for the
-timer. A backend hides the framework (torch on a CPU or GPU, MLX):
-moving arguments to the device, copying, poisoning, synchronizing and timing.
+of stdout). Inputs and expected outputs are the target's input sets (inputs.py), made once per
+target by `python -m eat.runners.py_harness prepare`, a child that calls the reference's input
+maker and the reference and never sees a candidate; the harness reads them from their files and
+moves each set to the device once. Timed calls get sets of their own, none seen before;
+harness.verify and harness.time_all judge and time, a Case standing for a Workload and the
+backend for the timer. A backend hides the framework (torch on a CPU or GPU, MLX): moving
+arguments to the device and back, copying, poisoning, synchronizing and timing.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import os
 import sys
 import time
 from functools import partial
-from itertools import count as count_from
+from pathlib import Path
 
 import numpy as np
 
+from eat.runners import inputs
 from eat.runners.harness import Outcome, Snapshots, serve, time_all, verify
-from eat.runners.inputs import TIMED_SEED0, load_py, pool_size
+from eat.runners.inputs import SetFiles, load_py
 from eat.runners.verify import compare, poison
 
 
@@ -59,6 +62,20 @@ class TorchBackend:
 
     def to_device(self, x):
         return x.to(self.device) if self.is_array(x) else x
+
+    def to_host(self, x) -> tuple[np.ndarray, str | None]:
+        """x as a numpy array for a set file, and the dtype to view it as when that is not
+        numpy's (bfloat16, float8: their bits, as integers of their width)."""
+        x = x.detach().cpu()
+        try:
+            return x.numpy(), None
+        except TypeError:
+            bits = {1: self.torch.int8, 2: self.torch.int16, 4: self.torch.int32}
+            return x.view(bits[x.element_size()]).numpy(), str(x.dtype).removeprefix("torch.")
+
+    def from_host(self, a: np.ndarray, dtype: str | None):
+        x = self.torch.from_numpy(a)
+        return (x.view(getattr(self.torch, dtype)) if dtype else x).to(self.device)
 
     def clone(self, x):
         return x.clone()
@@ -135,6 +152,16 @@ class MlxBackend:
     def to_device(self, x):
         return x
 
+    def to_host(self, x) -> tuple[np.ndarray, str | None]:
+        try:
+            return np.array(x), None
+        except ValueError:  # bfloat16 has no buffer format: its bits, as int16
+            return np.array(x.view(self.mx.int16)), str(x.dtype).removeprefix("mlx.core.")
+
+    def from_host(self, a: np.ndarray, dtype: str | None):
+        x = self.mx.array(a)
+        return x.view(getattr(self.mx, dtype)) if dtype else x
+
     def clone(self, x):
         return self.mx.array(np.array(x))
 
@@ -195,6 +222,77 @@ def _map(value, fn):
     return fn(value)
 
 
+def _pack(value, is_array, arrays: list):
+    """A JSON form of a nest of arrays and plain values; arrays are appended to `arrays` and
+    stand in it as {"a": their index}. Tuples and dicts are tagged (JSON has lists only)."""
+    if is_array(value):
+        arrays.append(value)
+        return {"a": len(arrays) - 1}
+    if isinstance(value, tuple):
+        return {"t": [_pack(v, is_array, arrays) for v in value]}
+    if isinstance(value, list):
+        return [_pack(v, is_array, arrays) for v in value]
+    if isinstance(value, dict):
+        return {"d": [[k, _pack(v, is_array, arrays)] for k, v in value.items()]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"inputs() gave a {type(value).__name__}: an input set holds arrays, "
+                    "numbers, strings and None, in tuples, lists and dicts")
+
+
+def _unpack(packed, arrays: list):
+    if isinstance(packed, list):
+        return [_unpack(v, arrays) for v in packed]
+    if isinstance(packed, dict):
+        if "a" in packed:
+            return arrays[packed["a"]]
+        if "t" in packed:
+            return tuple(_unpack(v, arrays) for v in packed["t"])
+        return {k: _unpack(v, arrays) for k, v in packed["d"]}
+    return packed
+
+
+def _reference(job: dict, params: dict, be, ref_mod):
+    """The reference's callable for this workload (a module entry built as candidates are)."""
+    ref = job["reference"]
+    ref_fn = getattr(ref_mod, ref["function"])
+    if job["kind"] != "module":
+        return ref_fn
+    return be.build(ref_fn, getattr(ref_mod, ref["init_inputs"])(**params))
+
+
+def make_set(be, make, ref_fn, params: dict, seed: int) -> dict:
+    """One seed's arguments and what the reference makes of them, as inputs.prepare keeps a
+    set: the array arguments, the expected arrays by label, the rest in "meta"."""
+    be.seed(seed)
+    args = _map(list(make(seed, **params)), be.to_device)
+    leaves = [a for _, a in _leaves(args, be.is_array)]
+    work = _map(args, lambda x: be.clone(x) if be.is_array(x) else x)
+    out = ref_fn(*work)
+    be.sync()
+    after = _leaves(work, be.is_array, "argument")
+    # Arguments the reference wrote into are outputs too (destination-passing style).
+    dest = [i for i, ((_, a), b) in enumerate(zip(after, leaves))
+            if not np.array_equal(be.numpy(a), be.numpy(b), equal_nan=True)]
+    expected = {lbl: be.numpy(a) for lbl, a in _leaves(out, be.is_array)}
+    expected |= {after[i][0]: be.numpy(after[i][1]) for i in dest}
+    host = [be.to_host(a) for a in leaves]
+    packed = _pack(args, be.is_array, [])
+    return {"inputs": {str(i): a for i, (a, _) in enumerate(host)}, "expected": expected,
+            "meta": {"args": packed, "dest": dest, "dtypes": [d for _, d in host]}}
+
+
+def prepare(job: dict) -> dict:
+    """The sets of every workload (inputs.prepare), made with the reference on the device."""
+    be = _backend(job)
+    ref_mod = load_py(job["reference"]["file"], "reference")
+    make = getattr(ref_mod, job["reference"]["inputs"])
+    refs = [_reference(job, params, be, ref_mod) for params in job["workloads"]]
+    return inputs.prepare(Path(job["dir"]), job["config"], len(job["workloads"]),
+                          lambda wi, seed: make_set(be, make, refs[wi],
+                                                    job["workloads"][wi], seed))
+
+
 class Case(Snapshots):
     """One workload: its argument sets (one per seed), what the reference made of each, and one
     set of argument objects every call goes through (so results cannot be keyed on them).
@@ -203,52 +301,32 @@ class Case(Snapshots):
     is a module (the candidate's or the baseline's), whose entry Case.bind finds or builds.
     """
 
-    def __init__(self, job: dict, params: dict, be, ref_mod):
+    def __init__(self, job: dict, index: int, be, ref_mod):
+        params = job["workloads"][index]
         self.be, self.params, self.job = be, params, job
         self.out = None  # what the last call returned
         self._bound: dict[int, object] = {}
         self.label = ", ".join(f"{k}={v}" for k, v in params.items()) or "default workload"
-        ref = job["reference"]
-        self.init_args = (getattr(ref_mod, ref["init_inputs"])(**params)
+        self.init_args = (getattr(ref_mod, job["reference"]["init_inputs"])(**params)
                           if job["kind"] == "module" else None)
-        make = getattr(ref_mod, ref["inputs"])
-        ref_fn = getattr(ref_mod, ref["function"])
-        if self.init_args is not None:
-            ref_fn = be.build(ref_fn, self.init_args)
-        cfg = job["config"]
-        # Timed calls take sets of their own, one per call while they fit in pool_mb: made
-        # here, before the candidate is imported, so only as many as the rounds that must run.
-        seeds, count = range(cfg["seeds"]), cfg["seeds"]
-        if job["mode"] == "time":
-            seeds, count = count_from(TIMED_SEED0), cfg["warmup"] + cfg["min_repeats"]
-        self.sets = []
-        for seed in seeds:
-            be.seed(seed)
-            args = _map(list(make(seed, **params)), be.to_device)
-            self.sets.append(self._expect(args, ref_fn))
-            if len(self.sets) == 1 and job["mode"] == "time":
-                nbytes = sum(a.nbytes for a in self.sets[0]["inputs"]) + sum(
-                    a.nbytes for _, a in self.sets[0]["expected"])
-                count = pool_size(nbytes, cfg["warmup"], cfg["min_repeats"], cfg["pool_mb"])
-            if len(self.sets) >= count:
-                break
-        self.args = _map(self.sets[0]["args"], lambda x: be.clone(x) if be.is_array(x) else x)
+        sets = job["sets"]
+        self.sets = SetFiles(sets["dir"], sets["workloads"][index][job["mode"]],
+                             convert=self._on_device)
+        first = self.sets[0]
+        self.args = _map(first["args"], lambda x: be.clone(x) if be.is_array(x) else x)
         self.leaves = [a for _, a in _leaves(self.args, be.is_array, "argument")]
-        self.dest = self.sets[0]["dest"]
+        self.dest = first["dest"]
 
-    def _expect(self, args, ref_fn) -> dict:
-        be = self.be
-        saved = [be.numpy(a) for _, a in _leaves(args, be.is_array)]
-        work = _map(args, lambda x: be.clone(x) if be.is_array(x) else x)
-        out = ref_fn(*work)
-        be.sync()
-        after = _leaves(work, be.is_array, "argument")
-        # Arguments the reference wrote into are outputs too (destination-passing style).
-        dest = [i for i, ((_, a), s) in enumerate(zip(after, saved))
-                if not np.array_equal(be.numpy(a), s, equal_nan=True)]
-        expected = [(lbl, be.numpy(a)) for lbl, a in _leaves(out, be.is_array)]
-        expected += [(after[i][0], be.numpy(after[i][1])) for i in dest]
-        return {"args": args, "inputs": saved, "dest": dest, "expected": expected}
+    def _on_device(self, s: dict) -> dict:
+        """A set as read from its file made ready for calls: its arguments on the device, the
+        host values the inputs must keep, the expected outputs by label."""
+        be, meta = self.be, s["meta"]
+        host = [s["inputs"][str(i)] for i in range(len(meta["dtypes"]))]
+        leaves = [be.from_host(a, d) for a, d in zip(host, meta["dtypes"])]
+        # An input kept as raw bits (bfloat16) is compared as be.numpy() shows it.
+        saved = [be.numpy(x) if d else a for a, d, x in zip(host, meta["dtypes"], leaves)]
+        return {"args": _unpack(meta["args"], leaves), "inputs": saved, "dest": meta["dest"],
+                "expected": list(s["expected"].items())}
 
     def load(self, i: int) -> None:
         """Set up a call on argument set `i`: its values copied in, destinations poisoned."""
@@ -340,12 +418,17 @@ def _load_candidate(path: str, job: dict):
     return mod
 
 
+def _backend(job: dict):
+    return (MlxBackend if job["framework"] == "mlx" else TorchBackend)(job["device"])
+
+
 def _setup(job: dict) -> tuple:
     if job.get("cpu") is not None:
         os.sched_setaffinity(0, {job["cpu"]})
-    be = (MlxBackend if job["framework"] == "mlx" else TorchBackend)(job["device"])
-    ref_mod = load_py(job["reference"]["file"], "reference")
-    cases = [Case(job, params, be, ref_mod) for params in job["workloads"]]
+    be = _backend(job)
+    # Only a module entry's init arguments still come from the reference here.
+    ref_mod = load_py(job["reference"]["file"], "reference") if job["kind"] == "module" else None
+    cases = [Case(job, i, be, ref_mod) for i in range(len(job["workloads"]))]
     base_mod = load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
     return cases, base_mod
 
@@ -364,7 +447,10 @@ def _check(job: dict, state: tuple) -> dict:
 
 
 def main() -> None:
-    serve(_setup, _check)
+    if sys.argv[1:] == ["prepare"]:
+        inputs.answer(prepare)
+    else:
+        serve(_setup, _check)
 
 
 if __name__ == "__main__":

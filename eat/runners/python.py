@@ -4,12 +4,15 @@ A candidate is a Python file defining the target's entry (a function, or for `ki
 an nn.Module class). The reference gives the call arguments (`inputs(seed, **params)`); what
 the reference returns, and any argument it writes into, is what the candidate must reproduce.
 
-syntax check -> verify (fresh `python -m eat.runners.py_harness`) -> time (fresh process,
-under the device's lock, the baseline file timed in the same process, interleaved).
+input sets (once per target: `python -m eat.runners.py_harness prepare`, kept on disk as
+native.input_sets keeps them) -> syntax check -> verify (fresh `python -m eat.runners.py_harness`)
+-> time (fresh process, under the device's lock, the baseline file timed in the same process,
+interleaved).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import secrets
@@ -25,6 +28,7 @@ from eat.runners import sandbox
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, Peaks, eat_pythonpath, read_result,
                               source_hash, summarize)
 from eat.runners.cpu import cpu_model
+from eat.runners.native import input_sets
 from eat.target import EvalConfig, Target
 
 # What each (runner, framework) needs, checked in a child so this process never imports torch.
@@ -121,30 +125,48 @@ class PythonRunner:
 
     def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> dict:
         ref = target.reference
-        return {"nonce": secrets.token_hex(16), "framework": self.framework,
-                "device": self.device_kind, "entry": target.entry.name,
-                "kind": target.entry.kind,
-                "reference": {"file": str(target.path(ref.file).resolve()),
-                              "function": ref.function, "inputs": ref.inputs,
-                              "init_inputs": ref.init_inputs},
-                "workloads": target.workloads, "tolerance": target.tolerance.model_dump(),
-                "config": cfg.model_dump(), "candidate": str(candidate),
-                "cpu": self.cpu if self.device_kind == "cpu" else None,
-                # Triton compiles with child processes (ptxas, a C compiler for its launcher).
-                "lock_down": not (cfg.allow_processes or self.language == "triton")}
+        job = {"nonce": secrets.token_hex(16), "framework": self.framework,
+               "device": self.device_kind, "entry": target.entry.name,
+               "kind": target.entry.kind,
+               "reference": {"file": str(target.path(ref.file).resolve()),
+                             "function": ref.function, "inputs": ref.inputs,
+                             "init_inputs": ref.init_inputs},
+               "workloads": target.workloads, "tolerance": target.tolerance.model_dump(),
+               "config": cfg.model_dump(), "candidate": str(candidate),
+               "cpu": self.cpu if self.device_kind == "cpu" else None,
+               # Triton compiles with child processes (ptxas, a C compiler for its launcher).
+               "lock_down": not (cfg.allow_processes or self.language == "triton")}
+        return job | {"sets": self._input_sets(target, job, cfg)}
 
-    def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
+    def _input_sets(self, target: Target, job: dict, cfg: EvalConfig) -> dict:
+        """The target's input sets, made by the reference on this runner's device once."""
+        decides = {k: job[k] for k in ("framework", "device", "kind", "reference", "workloads")}
+        try:  # the reference runs in the framework: its version may change what it gives
+            version = importlib.metadata.version(self.framework)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        return input_sets(target.name, [Path(job["reference"]["file"]).read_text(), decides,
+                                        version], decides | {"config": job["config"]},
+                          [sys.executable, "-m", "eat.runners.py_harness", "prepare"],
+                          self._env(), self._limits(cfg))
+
+    def _limits(self, cfg: EvalConfig) -> sandbox.Limits:
         limits = sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
                                 address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
         if self.device_kind == "cuda":
             # CUDA reserves far more address space than it uses: RLIMIT_AS would fail its start.
             limits.address_space_bytes, limits.data_bytes = None, cfg.memory_mb << 20
-        extra = {"PYTHONPATH": eat_pythonpath()}
-        for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
-            if var in os.environ:
-                extra[var] = os.environ[var]
+        return limits
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        return {var: os.environ[var] for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                                 "ROCR_VISIBLE_DEVICES") if var in os.environ}
+
+    def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
+        extra = {"PYTHONPATH": eat_pythonpath()} | self._env()
         run = sandbox.run([sys.executable, "-m", "eat.runners.py_harness"], cwd=tmp,
-                          env=sandbox.clean_env(tmp, extra), limits=limits,
+                          env=sandbox.clean_env(tmp, extra), limits=self._limits(cfg),
                           stdin=json.dumps(job))
         run.stderr = sandbox.truncate(run.stderr, 4000)
         return read_result(job, run, cfg), run
