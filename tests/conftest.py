@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from llm_server import llm_server  # noqa: F401
+
+# A shell starts a background job (`pytest ... &` in a script) with SIGINT ignored, and every
+# eat process a test starts would inherit that: the tests that stop a run with Ctrl-C (SIGINT)
+# need the default, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -426,8 +426,10 @@ def _setup(job: dict) -> tuple:
     if job.get("cpu") is not None:
         os.sched_setaffinity(0, {job["cpu"]})
     be = _backend(job)
-    # Only a module entry's init arguments still come from the reference here.
-    ref_mod = load_py(job["reference"]["file"], "reference") if job["kind"] == "module" else None
+    # The inputs come from the cached sets, but the reference is still loaded before the
+    # candidate: it may put modules a candidate imports by name in sys.modules (GPU MODE's
+    # `from task import input_t`), and a module entry's init arguments come from it.
+    ref_mod = load_py(job["reference"]["file"], "reference")
     cases = [Case(job, i, be, ref_mod) for i in range(len(job["workloads"]))]
     base_mod = load_py(job["baseline"], "baseline") if job["mode"] == "time" else None
     return cases, base_mod
