@@ -187,8 +187,11 @@ def test_python_knobs_render_as_assignments_read_by_the_baseline():
 def test_mlx_example_baseline_and_fused_knob_are_ok():
     target = load_target(ROOT / "examples" / "mlx_softmax")
     runner = runner_for(target)
+    # The example's own timing settings make a pool of 30-odd sets; correctness needs few.
+    quick = target.evaluation.model_copy(update={"warmup": 1, "min_repeats": 3,
+                                                  "max_repeats": 5, "budget_s": 0.05})
     for knobs in ({"COMPILE": "False", "FUSED": "False"}, {"COMPILE": "True", "FUSED": "True"}):
-        ev = runner.evaluate(target, render_knobs(target, knobs))
+        ev = runner.evaluate(target, render_knobs(target, knobs), config=quick)
         assert ev.status == "ok", ev.message
         assert len(ev.workloads) == 3 and ev.speedup > 0
 
