@@ -51,6 +51,25 @@ def directive_of(text: str) -> str | None:
     return " ".join(str(value).split()) if value else None
 
 
+WRITES = ("modified", "created", "moved", "closed")  # watchdog's events that change a file
+
+
+def on_writes(noticed: Callable[[Path], None]):
+    """A watchdog handler that calls `noticed` (on the observer's thread) with each path a
+    write touched: created, changed, closed after writing, a rename's source and target.
+    Opens and reads are left out: eat's own (every rewrite reads) would wake its watchers."""
+    from watchdog.events import FileSystemEventHandler
+
+    class Handler(FileSystemEventHandler):
+        def on_any_event(self, event):
+            if event.event_type in WRITES:
+                for p in (event.src_path, getattr(event, "dest_path", "")):
+                    if p:
+                        noticed(Path(os.fsdecode(p)))
+
+    return Handler()
+
+
 class Steering:
     """The watcher of one running workspace. `start` / `stop` the observer; `take` (main thread
     only) records what people changed since the last call."""
@@ -89,20 +108,8 @@ class Steering:
             self._observer = None
 
     def _watch(self, folder: Path) -> None:
-        from watchdog.events import FileSystemEventHandler
-
-        steering = self
-
-        class Handler(FileSystemEventHandler):
-            def on_any_event(self, event):
-                if event.event_type in ("opened", "closed_no_write", "attrib"):
-                    return  # a read (eat's own, every rewrite) changes nothing
-                for p in (event.src_path, getattr(event, "dest_path", "")):
-                    if p:
-                        steering._noticed(Path(os.fsdecode(p)))
-
         # One folder, not recursive: .git and the candidates' folders would flood the queue.
-        self._observer.schedule(Handler(), str(folder), recursive=False)
+        self._observer.schedule(on_writes(self._noticed), str(folder), recursive=False)
         self._watched.add(folder)
 
     def _watch_teams(self) -> None:

@@ -25,6 +25,7 @@ from rich.text import Text
 from eat.errors import BadInput
 from eat.events import Event, describe, parse_event, speedup_text
 from eat.state import Candidate, RunState
+from eat.steer import on_writes
 from eat.workspace import Paths, Workspace
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -153,28 +154,18 @@ def frame(view: RunView, running: bool) -> RenderableType:
 
 
 def _observe(paths: Paths, wake: threading.Event):
-    """A watchdog observer that sets `wake` when the log or the lock file is written."""
-    from watchdog.events import FileSystemEventHandler
+    """A watchdog observer that sets `wake` when the log or the lock file is written (our
+    own reads of the lock, in is_locked, do not wake us: on_writes leaves reads out)."""
     from watchdog.observers import Observer
 
-    wanted = {str(paths.history), str(paths.lock)}
-
-    class Handler(FileSystemEventHandler):
-        def on_any_event(self, event):
-            # Our own reads of the lock (is_locked) open and close it without writing: those
-            # events ("opened", "closed_no_write") must not wake us, or we would wake ourselves.
-            if event.event_type not in ("modified", "created", "moved", "closed"):
-                return
-            paths_ = {os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", ""))}
-            if paths_ & wanted:
-                wake.set()
-
+    wanted = {paths.history, paths.lock}
+    handler = on_writes(lambda path: wake.set() if path in wanted else None)
     observer = Observer()
     observer.daemon = True
     # Not recursive: the candidates' folders and .git would flood the observer.
     for folder in (paths.root, paths.state):
         if folder.is_dir():
-            observer.schedule(Handler(), str(folder), recursive=False)
+            observer.schedule(handler, str(folder), recursive=False)
     observer.start()
     return observer
 
