@@ -63,15 +63,20 @@ def _settled(read: Callable[[], str], seen: str) -> str:
         seen = again
 
 
+def _whole(read: Callable[[], str]) -> str:
+    """A text read whole: an empty one may be a save in place between its truncate and its
+    write, so it is read again until it stops changing."""
+    text = read()
+    return _settled(read, text) if text == "" else text
+
+
 def _read(path: Path) -> tuple[str | None, tuple | None]:
     """The file's text (None: no file) and its mark, read so that they agree."""
     while True:
         mark = _mark(path)
         if mark is None:
             return None, None
-        text = path.read_text()
-        if text == "":
-            text = _settled(path.read_text, text)
+        text = _whole(path.read_text)
         if _mark(path) == mark:
             return text, mark
 
@@ -204,9 +209,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
             wrote = True
             fd = os.open(tmp, os.O_RDONLY)  # what we swapped out: a save in place that opened
             tmp.unlink()                    # it just before may still write into it
-            old = _pread_all(fd)
-            if old == "":
-                old = _settled(lambda: _pread_all(fd), old)
+            old = _whole(lambda: _pread_all(fd))
             if seen:
                 _swapped.append((key, fd, old, time.monotonic()))
             else:
