@@ -57,9 +57,13 @@ class Facts:
     restructures: list = field(default_factory=list)              # [(x, event)]
     scores: dict[int, RestructureScored] = field(default_factory=dict)
     llm: list[LLMCalled] = field(default_factory=list)
-    best: str | None = None
     state: RunState | None = None
     stopped: RunStopped | None = None  # the last session's end, None while one runs or crashed
+
+    @property
+    def best(self) -> str | None:
+        """The run's best candidate's id."""
+        return self.state.best.cid if self.state and self.state.best else None
 
 
 def collect(events, config) -> Facts:
@@ -91,7 +95,7 @@ def collect(events, config) -> Facts:
                 facts.stopped = e
             case RunResumed():
                 facts.stopped = None
-    facts.best, facts.state = (state.best.cid if state.best else None), state
+    facts.state = state
     return facts
 
 
