@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eat.runners import native
+from eat.runners import native, sets
 from eat.runners.base import HarnessError
 from eat.runners.cpu import CpuRunner
 from eat.target import EvalConfig, load_target
@@ -27,7 +27,7 @@ QUICK = EvalConfig(seeds=1, warmup=1, min_repeats=5, max_repeats=8, budget_s=0.2
 def own_cache(tmp_path, monkeypatch):
     """A cache of this test's own, and no input sets remembered from other tests."""
     monkeypatch.setenv("EAT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(native, "_SETS", {})
+    monkeypatch.setattr(sets, "_SETS", {})
 
 
 def _sets(tmp_path: Path) -> list[Path]:
@@ -55,7 +55,7 @@ def test_sets_are_made_once_and_remade_when_the_target_changes(tmp_path):
     assert CpuRunner().evaluate(load_target(kit), baseline, config=QUICK).status == "ok"
     (first,) = _sets(tmp_path)
     made = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
-    native._SETS.clear()  # as a new process would start
+    sets._SETS.clear()  # as a new process would start
     assert CpuRunner().evaluate(load_target(kit), baseline, config=QUICK).status == "ok"
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == made
     ref = kit / "reference.py"
@@ -216,12 +216,12 @@ def test_a_later_process_finds_the_sets_without_asking_the_reference(tmp_path, m
     real_run = native.sandbox.run
     monkeypatch.setattr(native.sandbox, "run", lambda cmd, **kw: started.append(cmd[-1])
                         or real_run(cmd, **kw))
-    monkeypatch.setattr(native, "_SETS", {})
+    monkeypatch.setattr(sets, "_SETS", {})
     assert runner.evaluate(kit, baseline, config=QUICK).ok
     assert "eat.runners.inputs" not in started
     (folder,) = _sets(tmp_path)
     next(folder.glob("w0-s0.set")).touch()  # a new ctime: not the file that was made
-    monkeypatch.setattr(native, "_SETS", {})
+    monkeypatch.setattr(sets, "_SETS", {})
     assert runner.evaluate(kit, baseline, config=QUICK).ok
     assert "eat.runners.inputs" in started
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eat.runners import inputs, native
+from eat.runners import inputs, sets
 from eat.runners.base import runner_for
 from eat.target import load_target
 
@@ -89,25 +89,29 @@ def combine(x, opts):
 """
 
 
+def _own_target(folder: Path, monkeypatch, files: dict[str, str]) -> Path:
+    """A target in `folder` with a cache of its own (beside it)."""
+    monkeypatch.setenv("EAT_CACHE_DIR", str(folder.parent / "cache"))
+    monkeypatch.setattr(sets, "_SETS", {})
+    folder.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text))
+    return folder
+
+
 @pytest.fixture
 def target(tmp_path, monkeypatch):
     """The nest target in a folder of its own, with a cache of its own."""
-    monkeypatch.setenv("EAT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(native, "_SETS", {})
-    folder = tmp_path / "nest"
-    folder.mkdir()
-    for name, text in (("target.toml", TOML), ("reference.py", REFERENCE),
-                       ("baseline.py", BASELINE)):
-        (folder / name).write_text(textwrap.dedent(text))
-    return folder
+    return _own_target(tmp_path / "nest", monkeypatch, {
+        "target.toml": TOML, "reference.py": REFERENCE, "baseline.py": BASELINE})
 
 
 @pytest.fixture
 def children(monkeypatch) -> list[list[str]]:
     """The command of every contained process started from here on."""
     started = []
-    real_run = native.sandbox.run
-    monkeypatch.setattr(native.sandbox, "run", lambda cmd, **kw: started.append(cmd)
+    real_run = sets.sandbox.run
+    monkeypatch.setattr(sets.sandbox, "run", lambda cmd, **kw: started.append(cmd)
                         or real_run(cmd, **kw))
     return started
 
@@ -137,7 +141,7 @@ def test_a_later_evaluation_makes_no_sets(target, children):
     # Verification seeds, then warmup + max_repeats timed seeds per workload, none shared.
     assert {n for n in made if n.startswith("w1-")} == {"w1-s0.set", "w1-s1.set"} | {
         f"w1-s{inputs.TIMED_SEED0 + j}.set" for j in range(1 + 8)}
-    native._SETS.clear()
+    sets._SETS.clear()
     ev = runner_for(load_target(target)).evaluate(t, BASELINE)
     assert ev.status == "ok" and ev.speedup
     assert _preparers(children) == 1
@@ -222,13 +226,10 @@ def reference(pair, out):
 
 @pytest.mark.slow  # three processes that import torch
 def test_bfloat16_inputs_and_outputs_of_torch(tmp_path, monkeypatch):
-    monkeypatch.setenv("EAT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(native, "_SETS", {})
-    (tmp_path / "target.toml").write_text(textwrap.dedent(TORCH_TOML))
-    (tmp_path / "reference.py").write_text(textwrap.dedent(TORCH_REFERENCE))
     right = "def add(pair, out):\n    out.copy_(pair[0] * pair[1])\n"
-    (tmp_path / "baseline.py").write_text(right)
-    t = load_target(tmp_path)
+    folder = _own_target(tmp_path / "bf16", monkeypatch, {
+        "target.toml": TORCH_TOML, "reference.py": TORCH_REFERENCE, "baseline.py": right})
+    t = load_target(folder)
     runner = runner_for(t)
     assert runner.evaluate(t, right, config=_check(t)).status == "ok"
     wrong = runner.evaluate(t, right.replace("pair[1]", "3"), config=_check(t))

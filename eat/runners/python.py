@@ -5,7 +5,7 @@ an nn.Module class). The reference gives the call arguments (`inputs(seed, **par
 the reference returns, and any argument it writes into, is what the candidate must reproduce.
 
 input sets (once per target: `python -m eat.runners.py_harness prepare`, kept on disk as
-native.input_sets keeps them) -> syntax check -> verify (fresh `python -m eat.runners.py_harness`)
+sets.input_sets keeps them) -> syntax check -> verify (fresh `python -m eat.runners.py_harness`)
 -> time (fresh process, under the device's lock, the baseline file timed in the same process,
 interleaved).
 """
@@ -28,7 +28,7 @@ from eat.runners import sandbox
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, Peaks, eat_pythonpath, read_result,
                               source_hash, summarize)
 from eat.runners.cpu import cpu_model
-from eat.runners.native import input_sets
+from eat.runners.sets import input_sets
 from eat.target import EvalConfig, Target
 
 # What each (runner, framework) needs, checked in a child so this process never imports torch.
