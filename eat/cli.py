@@ -250,7 +250,7 @@ def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the r
 def status(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
            as_json: bool = typer.Option(False, "--json", help="Print as JSON.")):
     """Show a run's progress: evaluations, best speedup, teams (safe while it runs)."""
-    from eat.run import run_status
+    from eat.status import run_status
 
     st = run_status(workspace)
     if as_json:

@@ -22,6 +22,7 @@ from eat.llm import LLMClient, LLMSettings, check_model
 from eat.runners.base import Evaluation, Runner, runner_for
 from eat.skill import Skill, load as load_skill, record as skill_record
 from eat.state import RunState
+from eat.status import run_status  # noqa: F401  (eat.run starts, resumes and reads runs)
 from eat.steer import Steering
 from eat.target import EvalConfig, Target, load_target
 from eat.team import evaluated_event, load_presets, write_notes
@@ -260,48 +261,3 @@ def _loop(ctx: RunContext) -> Stop:
     finally:
         ctx.ws.flush()
     return stop
-
-
-def run_status(workspace: Path) -> dict:
-    """What `eat status --json` prints: read-only, safe while the run goes on."""
-    ws = Workspace.open(workspace)
-    config = ws.config()
-    events, _ = ws.read_events()
-    state = RunState.from_events(events, config.windows())
-    best = state.best
-    last = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
-                                                           "run_started")), None)
-    stopped = last if last and last.type == "run_stopped" else None
-    started = events[0] if events and events[0].type == "run_started" else None
-    return {
-        "workspace": str(ws.paths.root),
-        "target": state.target,
-        "running": ws.is_locked(),
-        "stopped": (stopped.code or stopped.reason) if stopped else None,
-        "stop_reason": stopped.reason if stopped else None,
-        "evaluations": state.spent_evals,
-        "candidates": state.evaluations,
-        "retimes": state.retimes,
-        "max_evals": config.max_evals,
-        "failed_attempts": state.failed_attempts,
-        "elapsed_s": round(state.elapsed_s, 1),
-        "skill": started.skill if started else None,
-        "best_speedup": best.estimate if best else None,
-        "best_candidate": best.cid if best else None,
-        "best_gflops": best.gflops if best else None,
-        "vendor_gflops": best.vendor_gflops if best else None,
-        "teams": [{"id": t.id, "preset": t.preset, "strategy": t.strategy, "state": t.state,
-                   "evaluations": t.evals, "best_speedup": t.best_estimate, "share": t.share,
-                   "tokens": t.usage.prompt + t.usage.completion,
-                   "cost_usd": round(t.usage.cost_usd, 6)}
-                  for t in state.teams.values()],
-        "plateaus": state.plateaus,
-        "restructures": state.restructures,
-        "tokens": {"prompt": state.usage.prompt, "completion": state.usage.completion,
-                   "cached": state.usage.cached},
-        "cost_usd": round(state.usage.cost_usd, 6),
-        "llm_calls": state.usage.calls,
-        "max_llm_calls": config.llm_call_cap(),
-        "llm_failed_calls": state.usage.failed_calls,
-        "llm_unpriced_calls": state.usage.unpriced_calls,
-    }

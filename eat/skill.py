@@ -96,8 +96,21 @@ def export(workspace: Path, out: Path | None = None) -> Path:
     source_file = ws.paths.candidate(best.team, best.cid) / source_name(target.language)
     source = source_file.read_text() if source_file.is_file() else None
     out = Path(out) if out is not None else Path("SKILL.md")
+    _refuse_to_clobber(out)
     write_atomic(out, render(state, target, source))
     return out
+
+
+def _refuse_to_clobber(out: Path) -> None:
+    """BadInput when `out` holds something other than a skill eat exported: a person's own
+    SKILL.md (or any file) in the folder is never written over."""
+    if not out.exists():
+        return
+    try:
+        parse(out.read_text(), str(out))
+    except (BadInput, OSError, UnicodeDecodeError):
+        raise BadInput(f"{out}: exists and is not a skill eat exported; it is left as it is "
+                       "(remove it, or write elsewhere with -o FILE)") from None
 
 
 def top_configs(state: RunState, n: int = TOP) -> list[Config]:

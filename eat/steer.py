@@ -203,7 +203,7 @@ def prompt_lines(state, team: str | None) -> list[str]:
 def send(workspace: Path, text: str, team: str | None = None) -> tuple[Path, bool]:
     """`eat steer`: leave a message for the run's next prompts (the whole run's, or one
     team's); returns (the message file, whether a run is going now to pick it up)."""
-    from eat.run import run_status
+    from eat.status import run_status
 
     if not text.strip():
         raise BadInput("the message is empty")

@@ -102,7 +102,7 @@ def test_export_writes_front_matter_lessons_knobs_dead_ends_and_a_yaml_part(
     assert body(skill.text).startswith("# Making cpu_matmul faster")
 
 
-def test_cli_export_defaults_to_skill_md_in_the_current_folder(tmp_path, skill_file):
+def test_cli_export_writes_skill_md_here_and_never_over_a_persons_file(tmp_path, skill_file):
     here = tmp_path / "here"
     here.mkdir()
     done = subprocess.run([sys.executable, "-m", "eat", "skill", "export",
@@ -111,6 +111,17 @@ def test_cli_export_defaults_to_skill_md_in_the_current_folder(tmp_path, skill_f
     assert done.returncode == 0, done.stderr
     written = here / "SKILL.md"
     assert parse(written.read_text()).data == parse(skill_file.read_text()).data
+    again = export(tmp_path / "earlier", written)  # a skill eat wrote is written over
+    assert parse(again.read_text()).data == parse(skill_file.read_text()).data
+
+    mine = "# My own notes on this kernel\n"
+    written.write_text(mine)
+    done = subprocess.run([sys.executable, "-m", "eat", "skill", "export",
+                           str(tmp_path / "earlier")], cwd=here,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "not a skill eat exported" in done.stderr
+    assert written.read_text() == mine
 
 
 def test_a_run_given_the_skill_reaches_the_earlier_best_sooner(quick_matmul, tmp_path,
