@@ -1,11 +1,22 @@
-"""Every file eat keeps outside a workspace: builds, machine measurements, device locks."""
+"""Every file eat keeps outside a workspace: builds, machine measurements, device locks; and
+the cap on what builds and input sets may take (least recently used first out)."""
 
 from __future__ import annotations
 
 import fcntl
+import math
 import os
+import shutil
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from eat.errors import BadInput
+
+IDLE_S = 3600.0        # an entry used this recently may be read by a running evaluation
+PRUNE_EVERY_S = 600.0  # maybe_prune's pace in one process
+TRASH = ".trash-"      # a folder being removed: renamed first, so readers see all of it or none
 
 
 def cache_dir() -> Path:
@@ -18,7 +29,7 @@ def cache_dir() -> Path:
 
 
 def builds_dir() -> Path:
-    """Compiled baselines, keyed by a hash of source, flags and compiler."""
+    """Compiled candidates and baselines, keyed by a hash of source, flags and compiler."""
     path = cache_dir() / "builds"
     path.mkdir(exist_ok=True)
     return path
@@ -54,3 +65,108 @@ def device_lock(device: str):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def max_bytes() -> int:
+    """Bytes builds and input sets may take: $EAT_CACHE_MAX_GB GB (default 20); else BadInput."""
+    text = os.environ.get("EAT_CACHE_MAX_GB") or "20"
+    try:
+        gb = float(text)
+    except ValueError:
+        gb = math.nan
+    if not (math.isfinite(gb) and gb > 0):
+        raise BadInput(f"EAT_CACHE_MAX_GB={text!r}: give the cache's cap in gigabytes, a "
+                       "positive number (default 20)")
+    return int(gb * 1e9)
+
+
+def used(path: Path) -> None:
+    """Mark a kept build or input-set folder as just used, so prune keeps it longest."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # gone or not ours: the reader finds out when it opens it
+
+
+def prune(limit_bytes: int | None = None, idle_s: float = IDLE_S) -> list[Path]:
+    """Remove the least recently used builds (each file) and input sets (each folder) until
+    they hold at most `limit_bytes` (default max_bytes()), and crash leftovers (`.part`
+    files, trash); never one used in the last `idle_s` seconds. Returns what it removed."""
+    limit = max_bytes() if limit_bytes is None else limit_bytes
+    now = time.time()
+    entries, leftovers = _listed()
+    removed = [p for mtime, p in leftovers if now - mtime >= idle_s and _remove(p, mtime)]
+    total = sum(size for _, size, _ in entries)
+    for mtime, size, path in sorted(entries):
+        if total <= limit or now - mtime < idle_s:
+            break  # oldest first: every later entry is as fresh
+        if _remove(path, mtime):
+            total -= size
+            removed.append(path)
+    return removed
+
+
+_pruned_at: float | None = None
+_prune_lock = threading.Lock()
+
+
+def maybe_prune(force: bool = False) -> None:
+    """prune(), at most once per PRUNE_EVERY_S in this process unless `force`; a disk error
+    is left for the next time, never raised into the evaluation that called it."""
+    global _pruned_at
+    with _prune_lock:
+        now = time.monotonic()
+        if not force and _pruned_at is not None and now - _pruned_at < PRUNE_EVERY_S:
+            return
+        _pruned_at = now
+        try:
+            prune()
+        except OSError:
+            pass
+
+
+def _listed() -> tuple[list[tuple[float, int, Path]], list[tuple[float, Path]]]:
+    """(mtime, bytes, path) of each entry of builds/ and inputs/; (mtime, path) of leftovers."""
+    entries, leftovers = [], []
+    for folder in (builds_dir(), inputs_dir()):
+        for path in folder.iterdir():
+            try:
+                st = path.stat()
+            except OSError:
+                continue  # removed meanwhile
+            if path.name.endswith(".part") or path.name.startswith(TRASH):
+                leftovers.append((st.st_mtime, path))
+            elif not path.name.startswith("."):  # a child's HOME litter is none of ours
+                size = _folder_size(path) if path.is_dir() else st.st_size
+                entries.append((st.st_mtime, size, path))
+    return entries, leftovers
+
+
+def _folder_size(folder: Path) -> int:
+    """The sizes of the files in `folder`, at any depth."""
+    total = 0
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(parent, name)).st_size
+            except OSError:
+                pass  # removed meanwhile
+    return total
+
+
+def _remove(path: Path, mtime: float) -> bool:
+    """Remove `path` unless it was used since its mtime was read; a folder is renamed to a
+    trash name first, so a reader sees it whole or not at all."""
+    try:
+        if path.stat().st_mtime != mtime:
+            return False  # used meanwhile
+        if not path.is_dir():
+            path.unlink()
+            return True
+        trash = path if path.name.startswith(TRASH) else \
+            path.with_name(f"{TRASH}{path.name}.{os.getpid()}")
+        os.rename(path, trash)
+    except OSError:
+        return False
+    shutil.rmtree(trash, ignore_errors=True)  # what is left is a leftover for a later prune
+    return True

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eat.cache import anchors_dir, builds_dir, device_lock
+from eat.cache import anchors_dir, builds_dir, device_lock, maybe_prune, used
 from eat.runners import inputs, sandbox
 from eat.runners.sets import input_sets
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, HarnessError, Peaks, eat_pythonpath,
@@ -69,6 +69,22 @@ def compiler_version(compiler: str) -> str:
                               timeout=30).stdout.split("\n")[0]
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
+
+
+def _reuse(kept: Path, dest: Path) -> str | None:
+    """Copy the build kept at `kept` to `dest` and return its compile log; None when there is
+    none (a prune may remove it at any moment)."""
+    used(kept)
+    try:
+        shutil.copyfile(kept, dest)
+    except FileNotFoundError:
+        return None
+    log = kept.with_suffix(".log")
+    used(log)
+    try:
+        return log.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 class NativeRunner(ABC):
@@ -134,10 +150,8 @@ class NativeRunner(ABC):
             t0 = time.monotonic()
             cached = builds_dir() / f"cand-{self._build_key(target, source, flags)}"
             kept, kept_log = cached.with_suffix(".so"), cached.with_suffix(".log")
-            if kept.exists():  # the same source, flags and compiler
-                shutil.copyfile(kept, src.with_suffix(".so"))
-                compile_log = kept_log.read_text() if kept_log.exists() else ""
-            else:
+            compile_log = _reuse(kept, src.with_suffix(".so"))  # same source, flags, compiler
+            if compile_log is None:
                 built = self._compile(target, src, flags, cfg)
                 if built.returncode != 0 or built.timed_out:
                     log = built.stderr or built.stdout
@@ -150,6 +164,7 @@ class NativeRunner(ABC):
                 part = cached.with_suffix(f".{os.getpid()}-{threading.get_ident()}.part")  # atomic
                 shutil.copyfile(src.with_suffix(".so"), part)
                 os.replace(part, kept)
+                maybe_prune()
             durations["compile_s"] = time.monotonic() - t0
             baseline_lib = self._baseline_lib(target, cfg)
             job = self._job(target, cfg, tmp / "candidate.so")
@@ -251,6 +266,7 @@ class NativeRunner(ABC):
         """`source` built once per (source, command, compiler, device, env) into the builds
         folder; HarnessError(`failure`: the compiler's first error) when it does not build."""
         lib = builds_dir() / f"{name}-{self._build_key(target, source, flags)}.so"
+        used(lib)  # a prune spares it while evaluations load it
         if not lib.exists():
             with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
                 src = Path(tmp) / f"candidate{self.suffix}"
@@ -259,6 +275,7 @@ class NativeRunner(ABC):
                 if built.returncode != 0:
                     raise HarnessError(f"{failure}: {_first_error(built.stderr)}")
                 os.replace(src.with_suffix(".so"), lib)  # atomic: racing builders agree
+            maybe_prune()
         return lib
 
     def support_libs(self, target: Target, cfg: EvalConfig) -> dict:

@@ -8,15 +8,18 @@ import hashlib
 import importlib.metadata
 import json
 import threading
+import time
 from pathlib import Path
 
-from eat.cache import inputs_dir
+from eat.cache import PRUNE_EVERY_S, inputs_dir, maybe_prune, used
 from eat.runners import inputs, sandbox
 from eat.runners.base import HarnessError, eat_pythonpath
 
 # Input sets' manifests, per folder and pool sizes: made (and fingerprinted) once per process.
 _SETS: dict[tuple[Path, tuple], dict] = {}
 _SETS_LOCK = threading.Lock()
+# When this process last marked each of them used (time.monotonic()).
+_USED: dict[tuple[Path, tuple], float] = {}
 
 
 def input_sets(name: str, key: list, job: dict, command: list[str],
@@ -30,24 +33,48 @@ def input_sets(name: str, key: list, job: dict, command: list[str],
     digest = hashlib.sha256(json.dumps([inputs.VERSION, importlib.metadata.version("numpy"),
                                         *key]).encode()).hexdigest()[:16]
     folder = inputs_dir() / f"{name}-{digest}"
-    cfg = job["config"]
-    sizes = tuple(cfg[k] for k in ("seeds", "warmup", "max_repeats", "pool_mb"))
+    sizes = tuple(job["config"][k] for k in ("seeds", "warmup", "max_repeats", "pool_mb"))
+    slot = (folder, sizes)
     with _SETS_LOCK:  # turns on several threads: one child makes them, the others wait
-        if (folder, sizes) not in _SETS and (kept := inputs.read_manifest(folder, sizes)):
-            _SETS[(folder, sizes)] = kept | {"dir": str(folder)}  # made by an earlier process
-        if (folder, sizes) not in _SETS:
-            limits = limits or sandbox.Limits(address_space_bytes=cfg["memory_mb"] << 20)
-            limits.wall_s, limits.cpu_s = max(600.0, cfg["timeout_s"]), max(600, cfg["cpu_s"])
-            limits.max_output_chars = 1 << 24
-            env = sandbox.clean_env(folder.parent, {"PYTHONPATH": eat_pythonpath()} | (env or {}))
-            run = sandbox.run(command, cwd=folder.parent, env=env, limits=limits,
-                              stdin=json.dumps(job | {"dir": str(folder)}))
-            made = next((json.loads(line[len(inputs.PROBE_TAG):]) for line in
-                         run.stdout.splitlines() if line.startswith(inputs.PROBE_TAG)), None)
-            if made is None or "error" in made:
-                why = made["error"] if made else (run.stderr.strip().splitlines() or ["died"])[-1]
-                raise HarnessError(f"target {name}: making its inputs with the reference "
-                                   f"failed: {why[:300]}")
-            inputs.write_manifest(folder, sizes, made)
-            _SETS[(folder, sizes)] = made | {"dir": str(folder)}
-        return _SETS[(folder, sizes)]
+        _mark_used(slot)
+        if slot not in _SETS and (kept := inputs.read_manifest(folder, sizes)):
+            _SETS[slot] = kept | {"dir": str(folder)}  # made by an earlier process
+        made = slot not in _SETS
+        if made:
+            _SETS[slot] = _make(name, slot, job, command, env, limits)
+        manifest = _SETS[slot]
+    if made:
+        maybe_prune(force=True)  # new sets are large: keep the cache under its cap now
+    return manifest
+
+
+def _mark_used(slot: tuple[Path, tuple]) -> None:
+    """Mark the sets' folder used (at most once per PRUNE_EVERY_S) and forget what this
+    process keeps of them then, and whenever the folder is gone: another process may have
+    pruned them, and made them again."""
+    now = time.monotonic()
+    if slot in _USED and now - _USED[slot] < PRUNE_EVERY_S and slot[0].is_dir():
+        return
+    used(slot[0])  # before reading: a prune that listed it sees it fresh, or its files are gone
+    _USED[slot] = now
+    _SETS.pop(slot, None)
+
+
+def _make(name: str, slot: tuple[Path, tuple], job: dict, command: list[str],
+          env: dict[str, str] | None, limits: sandbox.Limits | None) -> dict:
+    """The manifest of the sets `command` makes in the folder of `slot` (also kept there)."""
+    (folder, sizes), cfg = slot, job["config"]
+    limits = limits or sandbox.Limits(address_space_bytes=cfg["memory_mb"] << 20)
+    limits.wall_s, limits.cpu_s = max(600.0, cfg["timeout_s"]), max(600, cfg["cpu_s"])
+    limits.max_output_chars = 1 << 24
+    env = sandbox.clean_env(folder.parent, {"PYTHONPATH": eat_pythonpath()} | (env or {}))
+    run = sandbox.run(command, cwd=folder.parent, env=env, limits=limits,
+                      stdin=json.dumps(job | {"dir": str(folder)}))
+    made = next((json.loads(line[len(inputs.PROBE_TAG):]) for line in
+                 run.stdout.splitlines() if line.startswith(inputs.PROBE_TAG)), None)
+    if made is None or "error" in made:
+        why = made["error"] if made else (run.stderr.strip().splitlines() or ["died"])[-1]
+        raise HarnessError(f"target {name}: making its inputs with the reference "
+                           f"failed: {why[:300]}")
+    inputs.write_manifest(folder, sizes, made)
+    return made | {"dir": str(folder)}
