@@ -112,7 +112,7 @@ _prune_lock = threading.Lock()
 
 def maybe_prune(force: bool = False) -> None:
     """prune(), at most once per PRUNE_EVERY_S in this process unless `force`; a disk error
-    is left for the next time, never raised into the evaluation that called it."""
+    (or a bad cap) is left for the next time, never raised into the evaluation that called it."""
     global _pruned_at
     with _prune_lock:
         now = time.monotonic()
@@ -121,7 +121,7 @@ def maybe_prune(force: bool = False) -> None:
         _pruned_at = now
         try:
             prune()
-        except OSError:
+        except (OSError, BadInput):  # BadInput: the cap, checked when the run or eval began
             pass
 
 

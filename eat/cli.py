@@ -40,11 +40,13 @@ def _reports_errors(fn):
 
 def evaluate_file(target_dir: Path, candidate: Path):
     """Evaluate one candidate file against a target with this machine's runner."""
+    from eat.cache import max_bytes
     from eat.doctor import load_peaks
     from eat.runners.base import runner_for
     from eat.target import load_target
 
     target = load_target(target_dir)
+    max_bytes()  # a bad $EAT_CACHE_MAX_GB is refused before anything is built
     source = read_file(candidate)
     runner = runner_for(target, peaks=load_peaks(target.runner))
     why = runner.unavailable(target)

@@ -38,7 +38,9 @@ def _runner_for(target: Target, given: Runner | None, config: RunConfig) -> Runn
     """The runner given (tests, benchmarks), else the target's: here, or in a Ray actor."""
     runner = given
     if runner is None:
+        from eat.cache import max_bytes
         from eat.doctor import load_peaks
+        max_bytes()  # a bad $EAT_CACHE_MAX_GB is refused here, before a workspace is made
         peaks = load_peaks(target.runner)
         if config.executor == "ray":
             from eat.executors.local import default_workers

@@ -141,3 +141,22 @@ def test_the_cap_is_in_gigabytes(monkeypatch):
     assert cache.max_bytes() == 20 * 10**9
     monkeypatch.setenv("EAT_CACHE_MAX_GB", "0.5")
     assert cache.max_bytes() == 5 * 10**8
+
+
+def test_eat_eval_and_start_refuse_a_bad_cap_before_anything_is_written(tmp_path, quick_matmul,
+                                                                      monkeypatch):
+    """One line and exit 2, no workspace made; an evaluation already running never sees it
+    (maybe_prune keeps it to itself)."""
+    import subprocess
+    import sys
+
+    env = os.environ | {"EAT_CACHE_MAX_GB": "lots"}
+    for args in (["eval", str(quick_matmul), str(quick_matmul / "baseline.c")],
+                 ["start", str(quick_matmul), "-w", str(tmp_path / "ws")]):
+        done = subprocess.run([sys.executable, "-m", "eat", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "EAT_CACHE_MAX_GB='lots'" in done.stderr
+    assert not (tmp_path / "ws").exists()
+    monkeypatch.setenv("EAT_CACHE_MAX_GB", "lots")
+    cache.maybe_prune(force=True)

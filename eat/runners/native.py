@@ -268,7 +268,8 @@ class NativeRunner(ABC):
         lib = builds_dir() / f"{name}-{self._build_key(target, source, flags)}.so"
         used(lib)  # a prune spares it while evaluations load it
         if not lib.exists():
-            with tempfile.TemporaryDirectory(prefix="eat-base-") as tmp:
+            # Built beside the cache's builds: os.replace cannot cross filesystems (a tmpfs /tmp).
+            with tempfile.TemporaryDirectory(prefix="base-", suffix=".part", dir=lib.parent) as tmp:
                 src = Path(tmp) / f"candidate{self.suffix}"
                 src.write_text(source)
                 built = self._compile(target, src, flags, cfg)
