@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -45,6 +46,7 @@ def evaluate_file(target_dir: Path, candidate: Path):
     from eat.runners.base import runner_for
     from eat.target import load_target
 
+    t0 = time.monotonic()
     target = load_target(target_dir)
     max_bytes()  # a bad $EAT_CACHE_MAX_GB is refused before anything is built
     source = read_file(candidate)
@@ -52,7 +54,10 @@ def evaluate_file(target_dir: Path, candidate: Path):
     why = runner.unavailable(target)
     if why:
         raise RunnerUnavailable(f"{target.name} needs the {target.runner} runner: {why}")
-    return runner.evaluate(target, source)
+    setup_s = time.monotonic() - t0  # the target, the measured peaks, the device's probe
+    ev = runner.evaluate(target, source)
+    ev.durations = {"setup_s": setup_s} | ev.durations
+    return ev
 
 
 @app.command("eval")

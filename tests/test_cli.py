@@ -50,6 +50,9 @@ def test_eval_baseline_json_is_ok_with_speedup_near_one():
     assert 0.8 <= ev["speedup"] <= 1.25
     assert len(ev["workloads"]) == 3 and all(w["gflops"] > 0 for w in ev["workloads"])
     assert ev["vendor_speedup"] > 1 and ev["workloads"][0]["vendor"]["n"] >= 7
+    # Where the wall time went, the command's own setup (target, peaks, device probe) first.
+    assert list(ev["durations"]) == ["setup_s", "compile_s", "verify_s", "time_s"]
+    assert all(v >= 0 for v in ev["durations"].values())
 
 
 def test_eval_compile_error_exits_1_with_message(tmp_path):

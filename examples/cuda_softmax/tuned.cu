@@ -1,11 +1,13 @@
-// A tuned setting of the baseline's knobs: 128 threads per row reading float4s, one online
-// max/sum pass and the write pass, fast exp. tests/test_gpu_examples.py checks that this file
-// is the baseline with these knobs rendered (eat.agents.offline.render).
+// A tuned setting of the baseline's knobs: 128 threads per row reading float4s; a row of up to
+// 4096 floats kept in registers (32 per thread), so it is read once and written once; longer
+// rows take one online max/sum pass and the write pass; fast exp. tests/test_gpu_examples.py
+// checks that this file is the baseline with these knobs rendered (eat.agents.offline.render).
 // eat:cflags -O3 -use_fast_math
 #define ROW_THREADS 128
 #define BLOCK 256
 #define VEC 4
 #define ONLINE 1
+#define ROW_REGS 32
 /* Naive float32 row softmax on an NVIDIA GPU: Y[r,:] = exp(X[r,:] - max) / sum, row-major,
  * rows×cols.
  *
