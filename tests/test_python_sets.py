@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from eat.runners import inputs, sets
@@ -234,3 +235,40 @@ def test_bfloat16_inputs_and_outputs_of_torch(tmp_path, monkeypatch):
     assert runner.evaluate(t, right, config=_check(t)).status == "ok"
     wrong = runner.evaluate(t, right.replace("pair[1]", "3"), config=_check(t))
     assert wrong.status == "incorrect" and "argument[1]" in wrong.message
+
+
+def test_checks_made_on_the_device_never_pass_what_the_host_refuses():
+    """TorchBackend.close and .same decide the common case where the arrays are (no copy to
+    the host): whatever they pass, verify.compare and numpy's equality pass too, down to
+    one-ulp margins, NaN, infinities, half precision and mismatched types."""
+    torch = pytest.importorskip("torch")
+    from eat.runners.py_harness import TorchBackend
+    from eat.runners.verify import compare
+
+    be = TorchBackend("cpu")
+    rng = np.random.default_rng(0)
+    rtol, atol = 1e-4, 1e-6
+    ref = rng.standard_normal(4096).astype(np.float32)
+    bound = np.abs(ref) * rtol + (atol + rtol * np.abs(ref).mean())
+    near = [ref + bound * f for f in (0.0, 0.5, 0.999, 1.001, 2.0, -0.999, -1.001)]
+    odd = ref.copy()
+    odd[7] = np.nan
+    wild = ref.copy()
+    wild[3] = np.inf
+    cases = [(o.astype(np.float32), ref) for o in near] + [(odd, ref), (odd, odd), (wild, wild),
+                                                             (ref.astype(np.float64), ref)]
+    passed = 0
+    for out, want in cases:
+        here = be.close(torch.from_numpy(out), torch.from_numpy(want), rtol, atol)
+        if here:
+            passed += 1
+            assert compare(out, want, rtol, atol) is None
+    assert passed >= 3  # the in-tolerance ones do pass here
+    half = torch.from_numpy(ref).half()
+    assert be.close(half, torch.from_numpy(be.numpy(half)), rtol, atol)
+
+    a = torch.from_numpy(odd)
+    assert be.same(a, a.clone()) and np.array_equal(be.numpy(a), odd, equal_nan=True)
+    b = a.clone()
+    b[0] += 1
+    assert not be.same(b, a) and not be.same(a, a.double())
