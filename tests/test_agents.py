@@ -123,7 +123,7 @@ log = os.environ["FAKE_CLI_LOG"]
 with open(log, "a") as f:
     f.write(json.dumps({{"argv": sys.argv, "cwd": os.getcwd(),
                         "env": {{k: os.environ.get(k) for k in
-                                ("EAT_WORKSPACE", "EAT_TEAM", "EAT_TASK")}},
+                                ("EAT_WORKSPACE", "EAT_TEAM", "EAT_TASK", "EAT_MAX_COST_USD")}},
                         "key": os.environ.get("ANTHROPIC_API_KEY") == {secret!r}}}) + "\\n")
 base = open("baseline.c").read()
 open("candidate.c", "w").write({fast!r} + base)
@@ -160,14 +160,14 @@ def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_p
     runtime = {"claude": "claude-code", "codex": "codex"}[name]
     _, stop = start_run(quick_matmul, ws, runner=FakeRunner(
         lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0), agent=runtime, model=model,
-        teams=["coordinate"], max_evals=1, agent_steps=7, workers=1)
+        teams=["coordinate"], max_evals=1, agent_steps=7, workers=1, max_cost_usd=0.5)
     assert stop.code == "max_evals"
     (call,) = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     argv = call["argv"][1:]
     wt = ws / "worktrees" / "coordinate-1"
     assert call["cwd"] == str(wt) and call["key"]
     assert call["env"] == {"EAT_WORKSPACE": str(ws), "EAT_TEAM": "coordinate-1",
-                           "EAT_TASK": str(wt / "TASK.md")}
+                           "EAT_TASK": str(wt / "TASK.md"), "EAT_MAX_COST_USD": "0.5000"}
     prompt = argv[argv.index("-p") + 1] if name == "claude" else argv[-1]
     assert "eat submit" in prompt and "void matmul(" in prompt
     st = run_status(ws)
@@ -176,6 +176,8 @@ def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_p
         assert argv[argv.index("--output-format") + 1] == "json"
         assert argv[argv.index("--max-turns") + 1] == "7"
         assert argv[argv.index("--model") + 1] == "claude-sonnet-4-5"
+        # eat counts the spend when the turn ends: the CLI holds the turn to what is left.
+        assert argv[argv.index("--max-budget-usd") + 1] == "0.5000"
         assert st["tokens"] == {"prompt": 1000, "completion": 240, "cached": 880}
         assert st["cost_usd"] == 0.0125
     else:
@@ -311,7 +313,7 @@ def test_mini_swe_agent_edits_checks_and_submits_through_bash(quick_matmul, tmp_
     ws = tmp_path / "ws"
     _, stop = start_run(quick_matmul, ws, agent="mini-swe-agent", model="openai/eat-test-model",
                         api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
-                        workers=1)
+                        workers=1, max_cost_usd=5.0)  # the driver gets --cost-limit 5.0000
     assert stop.code == "max_evals"
     st = run_status(ws)
     assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
@@ -323,3 +325,16 @@ def test_mini_swe_agent_edits_checks_and_submits_through_bash(quick_matmul, tmp_
     (call,) = events(ws, "llm_called")
     assert call.agent == "coordinate-1/mini-swe-agent" and call.prompt_tokens == 4 * 400
     assert st["tokens"]["prompt"] == 1600
+
+
+def test_a_turn_may_spend_what_is_left_of_max_cost_shared_by_the_workers():
+    from eat.agents.external import turn_budget
+    from eat.config import make_config
+    from eat.state import RunState
+
+    state = RunState()
+    state.usage.cost_usd = 0.25
+    assert turn_budget(make_config(target="t"), state) is None  # no --max-cost: no cap
+    assert turn_budget(make_config(target="t", max_cost_usd=1.0, workers=3), state) == 0.25
+    state.usage.cost_usd = 1.0  # spent: the CLIs read 0 as "no limit", so never 0
+    assert 0 < turn_budget(make_config(target="t", max_cost_usd=1.0, workers=1), state) <= 1e-4

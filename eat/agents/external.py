@@ -65,6 +65,7 @@ class Job:
     api_base: str | None
     steps: int
     command: str | None  # --agent-command
+    budget_usd: float | None = None  # the most this turn may spend (None: no --max-cost)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ def _claude(job: Job) -> list[str]:
     return ["claude", "-p", job.prompt, "--output-format", "json", "--max-turns", str(job.steps),
             "--permission-mode", "acceptEdits",
             "--allowedTools", "Bash,Read,Edit,Write,Glob,Grep"] + \
-        (["--model", job.model] if job.model else [])
+        (["--model", job.model] if job.model else []) + \
+        (["--max-budget-usd", f"{job.budget_usd:.4f}"] if job.budget_usd is not None else [])
 
 
 def _codex(job: Job) -> list[str]:
@@ -180,7 +182,8 @@ def _aider(job: Job) -> list[str]:
 
 def _mini(job: Job) -> list[str]:
     return [sys.executable, "-m", "eat.agents.mini", "--model", job.model or "",
-            "--steps", str(job.steps)] + (["--api-base", job.api_base] if job.api_base else [])
+            "--steps", str(job.steps)] + (["--api-base", job.api_base] if job.api_base else []) + \
+        (["--cost-limit", f"{job.budget_usd:.4f}"] if job.budget_usd is not None else [])
 
 
 PRESETS = {p.name: p for p in [
@@ -216,6 +219,18 @@ def cli_model(model: str | None, preset: str) -> str | None:
     if not model or model == "offline":
         return None
     return model if preset == "mini-swe-agent" else model.split("/", 1)[-1]
+
+
+def turn_budget(config, state: RunState) -> float | None:
+    """What one turn may spend: --max-cost's remainder shared by the turns that may run at
+    once. eat counts an agent's spend when its turn ends, so the agent's own CLI must hold it
+    to this (claude-code: --max-budget-usd; mini-swe-agent: its cost limit)."""
+    if config.max_cost_usd is None:
+        return None
+    from eat.executors.local import default_workers
+    left = config.max_cost_usd - state.usage.cost_usd
+    # Never 0: to the CLIs 0 means no limit; a run with nothing left stops before the turn.
+    return max(left / (config.workers or default_workers()), 1e-4)
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -262,12 +277,14 @@ class CommandAgent:  # a base.Worker
         job = Job(prompt=PROMPT.format(candidate=candidate, task=task.read_text()),
                   candidate=candidate, model=cli_model(self.model, self.preset.name),
                   api_base=ctx.config.api_base, steps=ctx.config.agent_steps,
-                  command=self.command)
+                  command=self.command, budget_usd=turn_budget(ctx.config, state))
         bindir = os.path.dirname(sys.executable)   # where this eat's `eat` is installed
         env = os.environ | {"EAT_WORKSPACE": str(paths.root), "EAT_TEAM": team.id,
                             "EAT_TASK": str(task), "PYTHONPATH": eat_pythonpath(),
                             "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
                             "EAT_AGENT_STEPS": str(ctx.config.agent_steps)}
+        if job.budget_usd is not None:  # for --agent-command scripts; presets pass it as a flag
+            env["EAT_MAX_COST_USD"] = f"{job.budget_usd:.4f}"
         with self._lock:
             self._stopped = None
         with tempfile.TemporaryFile() as out:

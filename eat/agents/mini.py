@@ -32,6 +32,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--api-base")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--command-timeout", type=int, default=600)
+    ap.add_argument("--cost-limit", type=float, default=0.0,
+                    help="USD the agent may spend in this turn (0: no limit)")
     args = ap.parse_args(argv)
     # mini-swe-agent prints a banner and keeps a config folder: quiet, and inside the worktree
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> int:
                          cost_tracking="ignore_errors")
     env = LocalEnvironment(cwd=os.getcwd(), timeout=args.command_timeout)
     agent = DefaultAgent(model, env, system_template=SYSTEM, instance_template=INSTANCE,
-                         step_limit=args.steps, cost_limit=0)
+                         step_limit=args.steps, cost_limit=args.cost_limit)
     task = Path(os.environ.get("EAT_TASK", "TASK.md")).read_text()
     status = "error"
     try:
