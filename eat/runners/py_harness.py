@@ -444,7 +444,6 @@ class Case(Snapshots):
                               f"{bad.summary}", workload=self.params, output=lbl,
                               **bad.as_dict())
 
-
     def _close_here(self, i: int, tol: dict) -> bool:
         """The common case decided on the device, nothing copied: every output given, where
         and as the reference gives it, within tolerance. False: check_outputs decides."""
