@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from eat.errors import BadInput
 from eat.events import LLMCalled
+from eat.executors.local import default_workers
 from eat.llm import redact
 from eat.runners.base import eat_pythonpath
 from eat.state import RunState, Team
@@ -227,7 +228,6 @@ def turn_budget(config, state: RunState) -> float | None:
     to this (claude-code: --max-budget-usd; mini-swe-agent: its cost limit)."""
     if config.max_cost_usd is None:
         return None
-    from eat.executors.local import default_workers
     left = config.max_cost_usd - state.usage.cost_usd
     # Never 0: to the CLIs 0 means no limit; a run with nothing left stops before the turn.
     return max(left / (config.workers or default_workers()), 1e-4)
