@@ -242,7 +242,7 @@ def test_checks_made_on_the_device_never_pass_what_the_host_refuses():
     the host): whatever they pass, verify.compare and numpy's equality pass too, down to
     one-ulp margins, NaN, infinities, half precision and mismatched types."""
     torch = pytest.importorskip("torch")
-    from eat.runners.py_harness import TorchBackend
+    from eat.runners.py_backends import TorchBackend
     from eat.runners.verify import compare
 
     be = TorchBackend("cpu")
