@@ -27,6 +27,7 @@ from eat.cache import device_lock, doctor_file
 from eat.runners.base import Peaks
 from eat.runners.cpu import cpu_model
 from eat.runners.native import compiler_version
+from eat.runners.sandbox import containment
 
 _FMA = r"""
 #include <stdio.h>
@@ -422,5 +423,6 @@ def machine_report(refresh: bool = False) -> dict:
         "peak_gflops_gpu": gpu and round(gpu.gflops, 1),
         "peak_gbps_gpu": gpu and round(gpu.gbps, 1),
         "gpu_peaks_note": gpu_why,
+        "containment": containment(),
         "cache": str(doctor_file()),
     }

@@ -156,6 +156,11 @@ class EvalConfig(_Strict):
         "torch.utils.cpp_extension build with them (Triton targets always may). Otherwise a "
         "seccomp filter forbids it; allowed, a fork bomb is held only by RLIMIT_NPROC, which "
         "root ignores: run eat in a container then.")
+    confine_writes: bool = Field(
+        True, description="Candidates (and processes they start) may change files only in "
+        "their evaluation's own folder, which is their HOME and TMPDIR, and open no TCP "
+        "connection: Linux's Landlock, where the kernel has it. False lets them write wherever "
+        "the user running eat can, for a runtime that needs to write elsewhere.")
 
     @model_validator(mode="after")
     def _repeats_ordered(self) -> EvalConfig:

@@ -95,6 +95,48 @@ print("kill-other", libc.kill(1, 0), "kill-self", libc.kill(os.getpid(), 0), "th
     assert "kill-other -1 kill-self 0 threads [1]" in done.stdout
 
 
+@pytest.mark.skipif(sandbox.landlock_abi() < 4,
+                    reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule")
+def test_confine_writes_keeps_writes_in_the_folder_and_refuses_tcp(tmp_path):
+    """Files change only beneath the given folders (a rename out of one is refused too), the rest
+    of the filesystem stays readable, and no TCP connection opens, even to this machine."""
+    import socket
+    server = socket.create_server(("127.0.0.1", 0))
+    own = tmp_path / "own"
+    own.mkdir()
+    (tmp_path / "victim").write_text("kept")
+    code = f"""
+import os, socket
+from eat.runners.sandbox import confine_writes
+print("confined", confine_writes([".", "/dev"]))
+def attempt(what, call):
+    try:
+        call(); print(what, "done")
+    except OSError as e:
+        print(what, "refused", e.errno)
+attempt("own", lambda: open("scratch", "w").write("x"))
+attempt("devnull", lambda: open("/dev/null", "w").write("x"))
+attempt("victim", lambda: open("../victim", "w"))
+attempt("new-outside", lambda: open("../new", "x"))
+attempt("rename-out", lambda: os.rename("scratch", "../moved"))
+attempt("remove-outside", lambda: os.remove("../victim"))
+attempt("read-outside", lambda: open("../victim").read())
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {server.getsockname()[1]}), 5))
+"""
+    repo = Path(eat.__file__).resolve().parent.parent
+    done = _py(code, own, env_extra={"PYTHONPATH": str(repo)})
+    server.close()
+    assert done.returncode == 0, done.stderr
+    said = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert said["confined"] == "None"
+    assert said["own"] == said["devnull"] == said["read-outside"] == "done"
+    for what in ("victim", "new-outside", "rename-out", "remove-outside", "tcp"):
+        assert said[what] == "refused 13", (what, done.stdout)
+    assert (tmp_path / "victim").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["own", "victim"]
+    assert "write only in their own folder and open no TCP" in sandbox.containment()  # doctor
+
+
 def test_contained_processes_die_with_the_process_that_started_them(tmp_path):
     repo = Path(eat.__file__).resolve().parent.parent
     code = (f"import sys; sys.path.insert(0, {str(repo)!r})\n"

@@ -24,7 +24,7 @@ import numpy as np
 
 from eat.runners.cabi import C_TYPES
 from eat.runners.inputs import SetChanged, SetFiles, load_py, set_index
-from eat.runners.sandbox import lock_down
+from eat.runners.sandbox import confine_writes, lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
 _DTYPES = {name: np.dtype(dtype) for name, dtype in C_TYPES.items()}
@@ -320,7 +320,8 @@ def serve(setup, check) -> None:
     """Run the job on stdin and write its one tagged result line.
 
     `setup(job)` runs before any candidate code (its failures are the target's: harness_error);
-    then the process is locked down and `check(job, state)` loads and judges the candidate.
+    then the process is confined to writing in its folder, its working directory (and /dev, for
+    device runtimes), and locked down, and `check(job, state)` loads and judges the candidate.
     """
     job = json.loads(sys.stdin.read())
     sys.stdin.close()
@@ -329,6 +330,8 @@ def serve(setup, check) -> None:
     phase = "setup"
     try:
         state = setup(job)
+        if job.get("confine_writes", True) and (why := confine_writes([os.getcwd(), "/dev"])):
+            print(f"eat harness: {why}", file=sys.stderr)
         if job.get("lock_down", True):
             why = lock_down()
             if why and os.geteuid() == 0:

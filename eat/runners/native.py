@@ -293,7 +293,8 @@ class NativeRunner(ABC):
                "reference": {"file": str(target.path(ref.file).resolve()),
                              "function": ref.function, "inputs": ref.inputs},
                "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
-               "candidate_lib": str(lib), "lock_down": self.lock_down}
+               "candidate_lib": str(lib), "lock_down": self.lock_down,
+               "confine_writes": cfg.confine_writes}
         return job | {"sets": self._input_sets(target, job)} | self.job_extra("verify") \
             | self.support_libs(target, cfg)
 

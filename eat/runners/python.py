@@ -135,7 +135,8 @@ class PythonRunner:
                "config": cfg.model_dump(), "candidate": str(candidate),
                "cpu": self.cpu if self.device_kind == "cpu" else None,
                # Triton compiles with child processes (ptxas, a C compiler for its launcher).
-               "lock_down": not (cfg.allow_processes or self.language == "triton")}
+               "lock_down": not (cfg.allow_processes or self.language == "triton"),
+               "confine_writes": cfg.confine_writes}
         return job | {"sets": self._input_sets(target, job, cfg)}
 
     def _input_sets(self, target: Target, job: dict, cfg: EvalConfig) -> dict:

@@ -5,6 +5,9 @@ process group, a scrubbed environment and captured, truncated output; `lock_down
 the harness inside that process just before it loads a candidate, and installs a seccomp filter
 so native code can make threads but cannot fork, exec, signal other processes or reboot the
 machine. The filter matters most when eat runs as root, where RLIMIT_NPROC is not enforced.
+`confine_writes()`, called there too, uses Landlock (where the kernel has it) so the candidate
+changes files only in its own folder (not the cache, the workspace or the user's files) and
+opens no TCP connections.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ def truncate(text: str, limit: int) -> str:
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 def _preexec(limits: Limits):
@@ -214,9 +218,75 @@ def lock_down() -> str | None:
 
     fprog = SockFprog(len(prog) // 8, ctypes.addressof(buf))
     libc = _LIBC
-    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
-    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+    pr_set_seccomp, seccomp_mode_filter = 22, 2
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return f"prctl(NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
     if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0) != 0:
         return f"seccomp filter refused: errno {ctypes.get_errno()}"
+    return None
+
+
+# --- Landlock ------------------------------------------------------------------------------
+
+# Syscall numbers: the same on x86_64 and aarch64 (new syscalls share one table).
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
+_LL_VERSION, _LL_PATH_BENEATH = 1, 1
+# Rights that change the filesystem (linux/landlock.h), by the ABI that brought them: write a
+# file, remove and make anything (ABI 1), link or rename across folders (2), truncate (3).
+# Reading and executing stay unrestricted: runtimes and libraries load from everywhere.
+_LL_FS = {1: 0b1_1111_1111_0010, 2: 1 << 13, 3: 1 << 14}
+_LL_TCP = 0b11  # bind and connect (ABI 4)
+
+
+def _syscall(nr: int, *args) -> int:
+    _LIBC.syscall.restype = ctypes.c_long
+    return _LIBC.syscall(ctypes.c_long(nr), *args)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where it has none."""
+    if platform.system() != "Linux" or platform.machine() not in _AUDIT_ARCH:
+        return 0
+    return max(0, _syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_LL_VERSION)))
+
+
+def containment() -> str:
+    """What holds a candidate on this machine, in words (`eat doctor`)."""
+    seccomp = "seccomp" if platform.system() == "Linux" and platform.machine() in _AUDIT_ARCH \
+        else "no seccomp filter"
+    abi = landlock_abi()
+    if not abi:
+        return f"{seccomp}; no Landlock: candidates write wherever the user can"
+    return f"{seccomp}; Landlock ABI {abi}: candidates write only in their own folder" + (
+        " and open no TCP connection" if abi >= 4 else "")
+
+
+def confine_writes(folders: list[str]) -> str | None:
+    """Let this process change files only beneath `folders` and open no TCP connection, from
+    now on and for good; returns why it could not, or None."""
+    abi = landlock_abi()
+    if abi < 1:
+        return "Landlock is not available: the candidate can write wherever this user can"
+    fs = sum(bits for v, bits in _LL_FS.items() if v <= abi)
+    attr = struct.pack("=QQ", fs, _LL_TCP) if abi >= 4 else struct.pack("=Q", fs)
+    ruleset = _syscall(_LL_CREATE, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)),
+                       ctypes.c_uint32(0))
+    if ruleset < 0:
+        return f"Landlock refused the ruleset: errno {ctypes.get_errno()}"
+    try:
+        for folder in folders:
+            fd = os.open(folder, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = struct.pack("=Qi", fs, fd)  # landlock_path_beneath_attr is packed
+                if _syscall(_LL_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_LL_PATH_BENEATH),
+                            ctypes.c_char_p(rule), ctypes.c_uint32(0)) != 0:
+                    return f"Landlock refused {folder}: errno {ctypes.get_errno()}"
+            finally:
+                os.close(fd)
+        if _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return f"prctl(NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
+        if _syscall(_LL_RESTRICT, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return f"Landlock did not take hold: errno {ctypes.get_errno()}"
+    finally:
+        os.close(ruleset)
     return None

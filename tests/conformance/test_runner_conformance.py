@@ -23,6 +23,7 @@ import fake_gpu
 import pytest
 
 from eat.runners.base import STATUSES, Evaluation, Runner, runner_for
+from eat.runners.sandbox import landlock_abi
 from eat.target import Target, geomean, load_target
 
 KITS_DIR = Path(__file__).parent / "kits"
@@ -49,6 +50,8 @@ EXPECT: dict[str, frozenset[str]] = {
     # Replays results keyed on two input values and the shape: right on any input it computed,
     # so it may be ok, but timed calls get inputs it has not seen, so it gains nothing.
     "memo_by_content": frozenset({"ok", "incorrect", "rejected"}),
+    # Right, and writes a scratch file in its own folder (it may); tries to write outside it.
+    "writes_outside": frozenset({"ok"}),
 }
 SLOW = frozenset({"infinite_loop", "fork_bomb"})  # each waits out the kit's timeout_s
 
@@ -156,6 +159,7 @@ class Judged:
     ev: Evaluation
     wall_s: float
     leftovers: dict[int, str]  # live processes from this evaluation after it returned
+    workdir: Path  # the evaluation's folder; the candidate's own is a folder inside it
 
 
 def _proc_table() -> dict[int, tuple[int, str]]:
@@ -264,7 +268,7 @@ def _evaluate(kit: Kit, behaviour: str, tmp_path_factory) -> Judged:
         ev = runner.evaluate(target, source, config=target.evaluation, workdir=workdir)
         wall = time.monotonic() - t0
     return Judged(target=target, runner=runner, ev=ev, wall_s=wall,
-                  leftovers=_leftovers(str(workdir), before))
+                  leftovers=_leftovers(str(workdir), before), workdir=workdir)
 
 
 def _describe(ev: Evaluation) -> str:
@@ -342,6 +346,29 @@ def test_speedup(judge, kit: Kit, behaviour: str):
         assert ev.speedup < high, _describe(ev)
     else:  # slower: four times the baseline's work
         assert ev.speedup < low, _describe(ev)
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="this kernel has no Landlock: candidates "
+                    "can write wherever the user can (docs/ARCHITECTURE.md, threat model)")
+@pytest.mark.parametrize("kit, behaviour", _cases(lambda kit, b: b == "writes_outside"))
+def test_writes_stay_in_its_folder(judge, kit: Kit, behaviour: str):
+    """A candidate changes no file outside its own folder: not the evaluation's folder, and so
+    not the cache, the workspace or the user's files (its status says its own folder was open)."""
+    j = judge(kit, behaviour)
+    assert j.ev.status == "ok", _describe(j.ev)
+    assert not (j.workdir / "escaped").exists(), (j.workdir / "escaped").read_text()
+
+
+def test_writes_outside_land_with_confine_writes_off(tmp_path):
+    """`[evaluation] confine_writes = false` reaches the harness: the same candidate's write
+    lands (so the test above can fail)."""
+    kit = next(k for k in KITS if k.name == "cpu")
+    target = load_target(kit.path)
+    cfg = target.evaluation.model_copy(update={"confine_writes": False})
+    ev = runner_for(target).evaluate(target, kit.source("writes_outside"), config=cfg,
+                                     workdir=tmp_path)
+    assert ev.status == "ok", _describe(ev)
+    assert (tmp_path / "escaped").read_text().startswith("written by a candidate")
 
 
 @pytest.mark.parametrize("kit, behaviour", _cases())
