@@ -215,7 +215,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
                                      "supervisor get it; offline teams start from its best.")):
     """Start a run on a target in a new workspace."""
     from eat.config import make_config, settings_file
-    from eat.run import start_run
+    from eat.target import load_target
 
     flags = {k: v for k, v in [("model", model), ("seed", seed), ("max_evals", max_evals),
                                ("max_time_s", max_time), ("max_cost_usd", max_cost),
@@ -228,6 +228,9 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
         flags["agent"] = "command"
     options = settings_file(config) | flags
     shown = make_config(target=str(target), **options)
+    load_target(target)  # a bad target is said at once, not after the loop's imports (~2 s)
+    from eat.run import start_run
+
     _run_with_progress(start_run, target, workspace, shown_evals=shown.max_evals,
                        shown_time=shown.max_time_s, skill=skill, **options)
 
