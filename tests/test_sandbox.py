@@ -73,7 +73,7 @@ def test_no_core_dumps_and_signal_is_named(tmp_path):
 
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"),
                     reason="the seccomp filter is defined for x86_64 and aarch64 only")
-def test_lock_down_allows_threads_and_refuses_processes(tmp_path):
+def test_lock_down_allows_threads_and_refuses_processes_and_the_network(tmp_path):
     code = """
 import os, threading, ctypes
 from eat.runners.sandbox import lock_down
@@ -87,12 +87,23 @@ for what, call in [("fork", os.fork), ("exec", lambda: os.execv("/bin/true", ["t
         print(what, "refused", e.errno)
 libc = ctypes.CDLL(None, use_errno=True)
 print("kill-other", libc.kill(1, 0), "kill-self", libc.kill(os.getpid(), 0), "threads", box)
+print("io_uring", libc.syscall(425, 1, None), ctypes.get_errno())  # io_uring_setup
+import socket
+for family, kind in [("inet", socket.AF_INET), ("inet6", socket.AF_INET6),
+                     ("unix", socket.AF_UNIX)]:
+    try:
+        socket.socket(kind, socket.SOCK_DGRAM).close(); print(family, "allowed")
+    except OSError as e:
+        print(family, "refused", e.errno)
 """
     repo = Path(eat.__file__).resolve().parent.parent
     done = _py(code, tmp_path, env_extra={"PYTHONPATH": str(repo)})
     assert done.returncode == 0, done.stderr
     assert "fork refused 1" in done.stdout and "exec refused 1" in done.stdout
     assert "kill-other -1 kill-self 0 threads [1]" in done.stdout
+    assert "inet refused 13" in done.stdout and "inet6 refused 13" in done.stdout
+    assert "unix allowed" in done.stdout  # local sockets are no way out of the machine
+    assert "io_uring -1 1" in done.stdout  # it would run opens and sockets unfiltered
 
 
 @pytest.mark.skipif(sandbox.landlock_abi() < 4,

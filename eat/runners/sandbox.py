@@ -3,8 +3,8 @@
 Two layers: `run()` starts a fresh process with resource limits, a wall-clock kill of its whole
 process group, a scrubbed environment and captured, truncated output; `lock_down()` is called by
 the harness inside that process just before it loads a candidate, and installs a seccomp filter
-so native code can make threads but cannot fork, exec, signal other processes or reboot the
-machine. The filter matters most when eat runs as root, where RLIMIT_NPROC is not enforced.
+so native code can make threads but cannot fork, exec, signal other processes, open a network
+socket or reboot the machine. The filter matters most when eat runs as root, where RLIMIT_NPROC is not enforced.
 `confine_writes()`, called there too, uses Landlock (where the kernel has it) so the candidate
 changes files only in its own folder (not the cache, the workspace or the user's files) and
 opens no TCP connections.
@@ -154,25 +154,31 @@ _DENY = {
                "swapon": 167, "swapoff": 168, "process_vm_readv": 310,
                "process_vm_writev": 311, "pidfd_send_signal": 424, "pidfd_open": 434,
                "setns": 308, "unshare": 272, "chroot": 161, "pivot_root": 155,
-               "settimeofday": 164, "clock_settime": 227, "adjtimex": 159},
+               "settimeofday": 164, "clock_settime": 227, "adjtimex": 159,
+               # io_uring runs file and socket operations the filter would never see.
+               "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
     "aarch64": {"execve": 221, "execveat": 281, "ptrace": 117, "tkill": 130, "reboot": 142,
                 "kexec_load": 104, "init_module": 105, "finit_module": 273,
                 "delete_module": 106, "mount": 40, "umount2": 39, "process_vm_readv": 270,
                 "process_vm_writev": 271, "pidfd_send_signal": 424, "pidfd_open": 434,
-                "setns": 268, "unshare": 97, "chroot": 51, "pivot_root": 41},
+                "setns": 268, "unshare": 97, "chroot": 51, "pivot_root": 41,
+                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _CLONE3 = 435
 _SELF_SIGNALS = {"x86_64": {"kill": 62, "tgkill": 234}, "aarch64": {"kill": 129, "tgkill": 131}}
+_SOCKET = {"x86_64": 41, "aarch64": 198}
+# AF_INET, AF_INET6, AF_PACKET: a kernel needs no network (local AF_UNIX sockets stay allowed).
+_NET_FAMILIES = (2, 10, 17)
 _CLONE_THREAD = 0x00010000
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
-_EPERM, _ENOSYS = 1, 38
+_EPERM, _EACCES, _ENOSYS = 1, 13, 38
 # BPF opcodes
 _LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
 
 
 def _bpf_program(arch: str, pid: int) -> bytes:
-    """Seccomp filter: threads yes, processes no, signals to ourselves only."""
+    """Seccomp filter: threads yes, processes no, signals to ourselves only, no network."""
     ins: list[tuple[int, int, int, int]] = []
 
     def op(code: int, k: int, jt: int = 0, jf: int = 0) -> None:
@@ -195,6 +201,12 @@ def _bpf_program(arch: str, pid: int) -> bytes:
     op(_JSET_K, _CLONE_THREAD, 0, 1)
     allow()
     deny()
+    op(_JEQ_K, _SOCKET[arch], 0, 3 + len(_NET_FAMILIES))
+    op(_LD_W_ABS, 16)                      # args[0]: address family
+    for i, family in enumerate(_NET_FAMILIES):
+        op(_JEQ_K, family, len(_NET_FAMILIES) - i, 0)
+    allow()
+    deny(_EACCES)
     for nr in _SELF_SIGNALS[arch].values():
         op(_JEQ_K, nr, 0, 4)
         op(_LD_W_ABS, 16)                  # args[0]: target pid
