@@ -6,13 +6,20 @@ spread (RunState.threshold); counters live in RunState, so detection is O(teams)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from eat.config import PlateauConfig
 from eat.events import PlateauDetected
 from eat.state import Candidate, RunState, Team, differs, region_radius
 
 PROMISING = 1.2  # a region is worth a climb when its best beats what is around it this much
+# Far candidates compared with all that was measured around them, per query, best first: each
+# comparison reads the whole run, and a bump below this many far, better ones is no place to
+# climb first.
+LOOK = 32
 
 
 @dataclass
@@ -63,24 +70,47 @@ def climbed(state: RunState) -> list[Candidate]:
     return optima(state) + [c for c in starts if c is not None]
 
 
-def promising_regions(state: RunState, known: list[Candidate], taken) -> list[Candidate]:
-    """Candidates worth a climb, best first: far from every `known` point and from each
-    other, above the run's median, and clearly above what was measured around them (a bump
-    the coarse samples only grazed)."""
-    ok = [c for c in state.candidates.values() if c.estimate is not None and c.knobs]
-    if not ok:
-        return []
-    median = sorted(c.estimate for c in ok)[len(ok) // 2]
-    found: list[Candidate] = []
-    for c in sorted(ok, key=lambda c: -c.estimate):
-        if c.estimate <= median:
-            break
-        if c.cid in taken or not all(far_apart(c, x) for x in known + found):
+def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterator[Candidate]:
+    """Candidates worth a climb, best first (callers take the first few): far from every
+    `known` point and from each other, above the run's median, and clearly above what was
+    measured around them (a bump the coarse samples only grazed). At most LOOK of them are
+    compared with their surroundings; every comparison is over the run's KnobIndex at once."""
+    index = state.knob_index
+    if not index.cids:
+        return
+    est = np.array(index.estimates)
+    codes = np.array(index.table, dtype=np.int32).reshape(len(index.cids), len(index.columns))
+    measured = np.flatnonzero(~np.isnan(est))
+    if not measured.size:
+        return
+    median = np.sort(est[measured])[measured.size // 2]
+    above = measured[est[measured] > median]
+    above = above[np.argsort(-est[above], kind="stable")]  # ties: the earlier first
+    top, far = codes[above], np.ones(above.size, dtype=bool)
+
+    def leave(row: int, radius: int) -> None:  # from now on, only what is far from `row`
+        far[:] &= np.count_nonzero(top != codes[row], axis=1) >= radius
+
+    elsewhere = []  # known points without a row (no knobs): checked one by one
+    for x in known:
+        if (row := index.rows.get(x.cid)) is None:
+            elsewhere.append(x)
+        else:
+            leave(row, region_radius(len(x.knobs)))
+    measured_codes, looked = codes[measured], 0
+    for i in np.flatnonzero(far):
+        c = state.candidates[index.cids[above[i]]]
+        if not far[i] or c.cid in taken or not all(far_apart(c, x) for x in elsewhere):
             continue
-        around = sorted(x.estimate for x in ok if x is not c and not far_apart(x, c))
-        if not around or c.estimate >= PROMISING * around[len(around) // 2]:
-            found.append(c)
-    return found
+        if looked == LOOK:
+            return
+        looked += 1
+        radius = region_radius(len(c.knobs))
+        near = np.count_nonzero(measured_codes != codes[above[i]], axis=1) < radius
+        around = est[measured[near & (measured != above[i])]]
+        if not around.size or est[above[i]] >= PROMISING * np.sort(around)[around.size // 2]:
+            leave(above[i], radius)
+            yield c
 
 
 # -- plateaus --------------------------------------------------------------------------------
@@ -173,15 +203,14 @@ def run_stalled(state: RunState, cfg: PlateauConfig) -> Plateau | None:
 
 def regions_opened(state: RunState) -> list[Plateau]:
     """A global team's candidate opened a region worth a climb that no team was sent to."""
-    found = []
     for c in promising_regions(state, climbed(state), state.opened):
         team = state.teams.get(c.team)
         if team is None or is_local(team):
             continue  # a local team's find is its own climb
-        found.append(Plateau("run", "opened", None, 0, c.estimate, state.threshold(), [c.cid],
-                             f"{c.team}'s {c.cid} ({c.estimate:.2f}x) stands out in a region "
-                             "no team has climbed"))
-    return found[:1]
+        return [Plateau("run", "opened", None, 0, c.estimate, state.threshold(), [c.cid],
+                        f"{c.team}'s {c.cid} ({c.estimate:.2f}x) stands out in a region no "
+                        "team has climbed")]
+    return []
 
 
 def detect_plateaus(state: RunState, cfg: PlateauConfig) -> list[Plateau]:

@@ -147,11 +147,11 @@ def restart_options(plan: Plan) -> list[tuple[str, Candidate | None]]:
     options: list[tuple[str, Candidate | None]] = []
     if elite is None:
         return [("spawn explorer", None)] if "explorer" in presets else []
-    far = promising_regions(state, climbed(state), plan.starts)
+    far = next(promising_regions(state, climbed(state), plan.starts), None)
     if far and "model" in presets:
-        options.append(("fork model", far[0]))
+        options.append(("fork model", far))
     if far and "coordinate" in presets:
-        options.append(("fork coordinate", far[0]))
+        options.append(("fork coordinate", far))
     globals_ = {t.strategy for t in state.active_teams() if not is_local(t)}
     if not globals_ and "model" in presets:
         options.append(("spawn model", None))

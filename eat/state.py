@@ -6,9 +6,12 @@ only `from_events` (once per resume or `eat status`) reads the whole log.
 
 from __future__ import annotations
 
+import copy
+import math
 import statistics
+from array import array
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eat.config import PlateauConfig
@@ -163,6 +166,62 @@ class Pending:
     arm: str | None = None
 
 
+class KnobIndex:
+    """Every evaluated candidate that has knobs, as a row of small integer codes (one column per
+    knob name; an unset knob has a code too) and its estimate (NaN: none), in flat arrays: a
+    region query over a long run compares them all at once with numpy (plateau.py)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, int] = {}         # knob name -> column
+        self.codes: list[dict[Any, int]] = []     # per column: value -> code
+        self.cids: list[str] = []                 # row -> candidate
+        self.rows: dict[str, int] = {}            # candidate -> row
+        self.table = array("q")                   # len(cids) x len(columns) codes, row by row
+        self.estimates = array("d")
+
+    def add(self, c: Candidate) -> None:
+        if not c.knobs:
+            return
+        for name in c.knobs:
+            if name not in self.columns:
+                self._widen(name)
+        self.rows[c.cid] = len(self.cids)
+        self.cids.append(c.cid)
+        self.table.extend(self._code(j, c.knobs.get(k)) for k, j in self.columns.items())
+        self.estimates.append(math.nan)
+        self.update(c)
+
+    def copy(self) -> KnobIndex:
+        new = KnobIndex()
+        new.columns, new.codes = dict(self.columns), [dict(c) for c in self.codes]
+        new.cids, new.rows = list(self.cids), dict(self.rows)
+        new.table, new.estimates = array("q", self.table), array("d", self.estimates)
+        return new
+
+    def update(self, c: Candidate) -> None:
+        """Take `c`'s estimate again (after a re-time)."""
+        if (row := self.rows.get(c.cid)) is not None:
+            self.estimates[row] = math.nan if c.estimate is None else c.estimate
+
+    def _code(self, column: int, value: Any) -> int:
+        try:
+            hash(value)
+        except TypeError:  # a list or table from TOML: compared by value, as differs() does
+            value = ("unhashable", repr(value))
+        return self.codes[column].setdefault(value, len(self.codes[column]))
+
+    def _widen(self, name: str) -> None:
+        """A knob name not seen before (in practice, at the first candidate only): every row so
+        far has it unset."""
+        width = len(self.columns)
+        self.columns[name] = width
+        self.codes.append({})
+        unset, old, self.table = self._code(width, None), self.table, array("q")
+        for r in range(len(self.cids)):
+            self.table.extend(old[r * width:(r + 1) * width])
+            self.table.append(unset)
+
+
 def differs(a: dict[str, Any], b: dict[str, Any]) -> int:
     """How many knobs two configurations set differently."""
     return sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
@@ -186,6 +245,7 @@ class RunState:
         self.teams: dict[str, Team] = {}
         self.candidates: dict[str, Candidate] = {}
         self.hashes: dict[str, str] = {}   # source hash -> the candidate that had it
+        self.knob_index = KnobIndex()      # the candidates' knobs and estimates, for regions
         self.evaluations = 0               # candidates evaluated
         self.retimes = 0                   # re-times of an elite (they spend evaluations too)
         self.failed_attempts = 0           # turns without a candidate, outages aside
@@ -227,6 +287,16 @@ class RunState:
         for e in events:
             state.apply(e)
         return state
+
+    def snapshot(self) -> RunState:
+        """A copy for a turn on another thread, cheap however long the run: the candidates are
+        shared (a re-time replaces one rather than changing it, see `_retimed`), the large
+        indexes copied shallowly, everything else deeply."""
+        memo = {id(c): c for c in self.candidates.values()}
+        for name in ("candidates", "hashes"):
+            memo[id(getattr(self, name))] = dict(getattr(self, name))
+        memo[id(self.knob_index)] = self.knob_index.copy()
+        return copy.deepcopy(self, memo)
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -347,6 +417,7 @@ class RunState:
                       vendor_gflops=e.vendor_gflops, idea=e.idea, message=e.message,
                       measurements=[e.speedup] if e.speedup is not None else [])
         self.candidates[c.cid] = c
+        self.knob_index.add(c)
         self.hashes.setdefault(c.source_hash, c.cid)
         last = self.recent[-1] if self.recent else None
         self.recent.append(c)
@@ -421,11 +492,11 @@ class RunState:
         c = self.candidates.get(e.candidate)
         if c is None:
             return
-        old_best = self.best
+        was_best = c is self.best
         if e.status != "ok" or e.speedup is None:
-            c.failed_retime = True
+            c = self._replace(c, replace(c, failed_retime=True))
         else:
-            c.measurements.append(e.speedup)
+            c = self._replace(c, replace(c, measurements=[*c.measurements, e.speedup]))
         self._rank(c)
         if not self.leaders:  # every leader failed its re-time: rank from scratch
             for x in self.candidates.values():
@@ -434,7 +505,7 @@ class RunState:
         team = self.teams.get(c.team)
         if team and team.best is c and c.estimate is None:
             team.best = None
-        if c is old_best:
+        if was_best:
             # Measured against the elite's honest value, a later candidate may have been a real
             # gain that the lucky first measurement hid: the run last improved with it.
             ref, threshold, last = c.estimate, self.threshold(), None
@@ -444,6 +515,17 @@ class RunState:
             if last is not None and self.evaluations - last < self.since_improvement:
                 self.since_improvement = self.evaluations - last
                 self._clear("run", None, "stalled")
+
+    def _replace(self, old: Candidate, new: Candidate) -> Candidate:
+        """Put `new` wherever the state holds `old`; snapshots keep `old` as it was."""
+        self.candidates[new.cid] = new
+        self.knob_index.update(new)
+        self.leaders = [new if x is old else x for x in self.leaders]
+        self.recent = deque((new if x is old else x for x in self.recent), self.recent.maxlen)
+        for team in self.teams.values():
+            if team.best is old:
+                team.best = new
+        return new
 
     def _restructured(self, e: Restructured) -> None:
         self.restructures += 1

@@ -1,8 +1,12 @@
 """Plateau detection, elite re-times and turn-taking, on synthetic histories."""
 
+import math
+import random
+
 from eat.config import RunConfig
-from eat.events import EliteRetimed, TeamSpawned
-from eat.plateau import detect_plateaus, elite_to_retime
+from eat.events import CandidateEvaluated, EliteRetimed, TeamSpawned
+from eat.plateau import (LOOK, PROMISING, climbed, detect_plateaus, elite_to_retime, far_apart,
+                         promising_regions)
 from history import CFG, History
 
 def kinds(plateaus):
@@ -143,3 +147,82 @@ def test_an_llm_outage_does_not_make_a_team_look_failing():
     for _ in range(3):
         h.add(AttemptFailed(team="a-1", kind="malformed", reason="no code"))
     assert [p.kind for p in detect_plateaus(h.state, CFG)] == ["failing"]
+
+
+def _regions_by_definition(state, known, taken):
+    """promising_regions written out candidate by candidate, as its docstring defines it."""
+    ok = [c for c in state.candidates.values() if c.estimate is not None and c.knobs]
+    if not ok:
+        return []
+    median = sorted(c.estimate for c in ok)[len(ok) // 2]
+    found, looked = [], 0
+    for c in sorted(ok, key=lambda c: -c.estimate):
+        if c.estimate <= median:
+            break
+        if c.cid in taken or not all(far_apart(c, x) for x in known + found):
+            continue
+        if looked == LOOK:
+            break
+        looked += 1
+        around = sorted(x.estimate for x in ok if x is not c and not far_apart(x, c))
+        if not around or c.estimate >= PROMISING * around[len(around) // 2]:
+            found.append(c)
+    return found
+
+
+def test_promising_regions_are_what_their_definition_finds():
+    """The vectorized search over the run's KnobIndex agrees with the plain definition: on
+    rugged and flat histories, with failures, re-times (the elite's estimate moves, or it
+    fails), knob values of mixed types, a knob that appears late, and a known point that has
+    no knobs at all."""
+    for seed in range(12):
+        rng = random.Random(seed)
+        h = History("explorer-1", "coordinate-2")
+        rugged, wide = seed % 2 == 0, seed % 3 == 0  # wide: more regions than LOOK looks at
+        for i in range(1500 if wide else rng.choice((60, 150, 400))):
+            knobs = {"A": rng.randrange(4), "B": rng.choice(["x", "y", "z"]),
+                     "C": rng.choice([1, 2.5, "2.5"]), "D": rng.randrange(3)}
+            if wide:
+                knobs |= {"F": rng.randrange(5), "G": rng.randrange(5), "H": rng.randrange(5)}
+            if i > 30 and rng.random() < 0.1:
+                knobs["E"] = rng.randrange(2)
+            status = "incorrect" if rng.random() < 0.1 else "ok"
+            # Rounded, so that equal estimates happen (the earlier candidate comes first).
+            speed = round(rng.uniform(0.5, 4), 1) if rugged else 1 + 0.01 * sum(
+                v for v in knobs.values() if isinstance(v, int))
+            h.eval(rng.choice(["explorer-1", "coordinate-2"]), speed, status=status, **knobs)
+            if rng.random() < 0.05 and h.state.best:
+                ok = rng.random() < 0.7
+                h.add(EliteRetimed(candidate=h.state.best.cid, status="ok" if ok else "crash",
+                                   speedup=rng.uniform(0.5, 4) if ok else None))
+        h.add(CandidateEvaluated(candidate="llm", team="explorer-1", source_hash="llm",
+                                 status="ok", speedup=3.0, knobs={}))  # an LLM team's start
+        state, no_knobs = h.state, h.state.candidates["llm"]
+        known = climbed(state) + [no_knobs] + rng.sample(list(state.candidates.values()), 3)
+        taken = set(rng.sample(sorted(state.candidates), 5))
+        want = [c.cid for c in _regions_by_definition(state, known, taken)]
+        assert [c.cid for c in promising_regions(state, known, taken)] == want, seed
+        assert want or not rugged  # the rugged histories do have regions worth a climb
+
+
+def test_a_turns_snapshot_and_the_live_state_go_their_own_ways():
+    """A snapshot shares the candidates (so it is cheap in a long run), yet a re-time on the
+    live state leaves what the snapshot sees as it was, and the snapshot's own events stay in
+    it."""
+    h = History("a-1", "b-2")
+    h.eval("a-1", 2.0, A=1)
+    h.eval("b-2", 3.0, A=2)
+    snap = h.state.snapshot()
+    assert snap.candidates["c0002"] is h.state.candidates["c0002"]
+    h.add(EliteRetimed(candidate="c0002", status="crash", speedup=None))  # the elite fails
+    assert h.state.best.cid == "c0001" and h.state.teams["b-2"].best is None
+    assert snap.best.cid == "c0002" and snap.teams["b-2"].best.estimate == 3.0
+    assert snap.candidates["c0002"].estimate == 3.0
+    own = CandidateEvaluated(candidate="c0003", team="a-1", source_hash="h3", status="ok",
+                             speedup=5.0, noise=0.01, knobs={"A": 3})
+    own.seq = snap.seq + 1
+    snap.apply(own)
+    assert snap.best.cid == "c0003" and snap.teams["a-1"].evals == 2
+    assert "c0003" not in h.state.candidates and "h3" not in h.state.hashes
+    assert h.state.teams["a-1"].evals == 1 and h.state.knob_index.cids == ["c0001", "c0002"]
+    assert math.isnan(h.state.knob_index.estimates[1]) and snap.knob_index.estimates[1] == 3.0
