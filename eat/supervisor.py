@@ -75,7 +75,7 @@ def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
     before = ctx.state.best
     event = ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
     best = ctx.state.best
-    if best is not None and best is not before:  # the re-time handed the lead over: best/ too
+    if best is not None and (before is None or best.cid != before.cid):  # the lead passed
         ctx.ws.set_best(best.team, best.cid)
     return event
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -123,7 +122,7 @@ def end_turn(ctx: RunContext, turn: Turn) -> None:
 def snapshot(ctx: RunContext) -> RunState:
     """A copy of the live state for a turn that runs beside others; sources other turns are
     evaluating count as known (an empty candidate id), so an agent proposes something else."""
-    state = copy.deepcopy(ctx.state)
+    state = ctx.state.snapshot()
     state.hashes.update(dict.fromkeys(ctx.claims, ""))
     return state
 
