@@ -2,7 +2,8 @@
 
 The model team proposes the configuration with the highest upper confidence bound
 (predicted log speedup + BONUS standard deviations) among those nobody has tried. It learns
-from every candidate of the run, whichever team evaluated it, so the others' work is its data.
+from every candidate of the run, whichever team evaluated it, so the others' work is its data
+(past FIT_POINTS of them, from the best and a sample of the rest).
 Knob values are placed by their index in the knob's list, scaled to [0, 1]: the order a target
 lists its values in is the one assumption (a larger tile next to a smaller one).
 """
@@ -22,11 +23,20 @@ LENGTHS = (0.12, 0.18, 0.27, 0.4, 0.6)  # kernel widths tried, by marginal likel
 ENUMERATE_UP_TO = 20_000    # configurations scored exhaustively; larger spaces are sampled
 SAMPLES = 4_000
 FAILED_PENALTY = math.log(2.0)  # a failed configuration counts as half the worst speedup
+# The most measurements one fit uses (its cost grows with their cube, its memory with their
+# square): the best FIT_BEST and a sample of the rest, so a long run's model stays quick.
+FIT_POINTS, FIT_BEST = 400, 100
+
+
+def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Every row of `a` against every row of `b`, in memory len(a) x len(b) (|a-b|^2 expanded,
+    not a difference per dimension)."""
+    d2 = (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2 * a @ b.T
+    return np.clip(d2, 0.0, None)
 
 
 def _rbf(a: np.ndarray, b: np.ndarray, length: float) -> np.ndarray:
-    d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2)
-    return np.exp(-d2 / (2 * length * length))
+    return np.exp(-_squared_distances(a, b) / (2 * length * length))
 
 
 class GP:
@@ -54,16 +64,17 @@ class GP:
         return self.mean + self.scale * mu, self.scale * np.sqrt(var)
 
 
-def _point(knobs: dict[str, Any], space: dict[str, list]) -> tuple[int, ...] | None:
-    """The index of each knob's value (its first value where a knob is missing)."""
-    idx = []
-    for name, values in space.items():
-        value = knobs.get(name, values[0])
-        names = [str(v) for v in values]
-        if str(value) not in names:
-            return None
-        idx.append(names.index(str(value)))
-    return tuple(idx)
+def _indexer(space: dict[str, list]):
+    """knobs -> the index of each knob's value (its first value where a knob is missing), or
+    None for a value the space does not list. Values compare as text, as TOML gives them."""
+    lookup = [(name, {str(v): i for i, v in reversed(list(enumerate(values)))}, str(values[0]))
+              for name, values in space.items()]
+
+    def point(knobs: dict[str, Any]) -> tuple[int, ...] | None:
+        idx = tuple(where.get(str(knobs.get(name, first)), -1) for name, where, first in lookup)
+        return None if -1 in idx else idx
+
+    return point
 
 
 def _candidates(space: dict[str, list], tried: set, top: list[tuple], rng: random.Random):
@@ -85,7 +96,8 @@ def spread(space: dict[str, list], observed: list[dict], rng: random.Random,
     configuration measured (maximin in knob-index space, scaled to [0, 1]): coverage, so no
     region stays unseen for long."""
     scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
-    points = {p for k in observed if (p := _point(k, space)) is not None}
+    point = _indexer(space)
+    points = {p for k in observed if (p := point(k)) is not None}
     names = list(space)
 
     def knobs(p: tuple[int, ...]) -> dict[str, Any]:
@@ -98,10 +110,8 @@ def spread(space: dict[str, list], observed: list[dict], rng: random.Random,
         return [knobs(p) for p in rng.sample(pool, min(count, len(pool)))]
     xs, seen = np.array(pool) / scale, np.array(sorted(points)) / scale
     nearest = np.full(len(pool), np.inf)
-    for start in range(0, len(seen), 256):  # bounded memory on large histories
-        block = seen[start:start + 256]
-        d2 = ((xs[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)
-        nearest = np.minimum(nearest, d2.min(axis=1))
+    for start in range(0, len(seen), 2048):  # bounded memory on large histories
+        nearest = np.minimum(nearest, _squared_distances(xs, seen[start:start + 2048]).min(1))
     jitter = np.array([rng.random() for _ in pool]) * 1e-9  # ties broken by the run's seed
     return [knobs(pool[i]) for i in np.argsort(-(nearest + jitter), kind="stable")[:count]]
 
@@ -118,8 +128,9 @@ def suggest(space: dict[str, list], observed: list[tuple[dict, float | None]],
     points, values = [], []
     ok = [s for _, s in observed if s]
     worst = math.log(min(ok)) if ok else 0.0
+    point = _indexer(space)
     for knobs, speedup in observed:
-        p = _point(knobs, space)
+        p = point(knobs)
         if p is not None:
             points.append(p)
             values.append(math.log(speedup) if speedup else worst - FAILED_PENALTY)
@@ -137,7 +148,9 @@ def suggest(space: dict[str, list], observed: list[tuple[dict, float | None]],
     if len(ok) < max(3, len(space)):
         picks = rng.sample(pool, min(count, len(pool)))
     else:
-        gp = GP(np.array(points) / scale, np.array(values))
+        fit = order[:FIT_BEST] + rng.sample(order[FIT_BEST:], FIT_POINTS - FIT_BEST) \
+            if len(points) > FIT_POINTS else order
+        gp = GP(np.array([points[i] for i in fit]) / scale, np.array([values[i] for i in fit]))
         mu, sd = gp.predict(np.array(pool) / scale)
         score = mu + bonus * sd
         picks = [pool[i] for i in np.argsort(-score, kind="stable")[:count]]
