@@ -272,6 +272,8 @@ def run(ctx: RunContext) -> Stop:
     finally:
         for team_id in list(pool.busy):  # after Ctrl-C or an error: no agent works on
             stop_agent(ctx, team_id, "the run stopped")
-        pool.close()  # after Ctrl-C or an error: turns still in flight write nothing more
-        ctx.executor = None
+        # After Ctrl-C or an error: turns still in flight write nothing more. The closed pool
+        # stays the context's executor, so a turn that ends later is refused, not let write
+        # from its own thread after the run's stop.
+        pool.close()
         conn.close()

@@ -1,17 +1,22 @@
 """kill -9 at random moments, then resume: nothing finished is lost, repeated or made worse."""
 
+import _thread
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
+from conftest import EXAMPLES
 from eat.events import describe
+from eat.run import start_run
 from eat.state import RunState
 from eat.workspace import Workspace
+from fake_runner import FakeRunner
 
 TOTAL = 14
 
@@ -116,3 +121,36 @@ def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed, work
     assert types.count("run_started") == 1 and types[-1] == "run_stopped"
     assert types.count("run_resumed") >= 2            # the kills did land mid-run
     assert len([s for s in snapshots if any(e.type == "candidate_evaluated" for e in s)]) >= 2
+
+
+class _InterruptsMidEvaluation(FakeRunner):
+    """Its third evaluation sends Ctrl-C to the main thread, and returns only once the run has
+    recorded its stop: a turn that finishes after its run has stopped."""
+
+    def __init__(self):
+        super().__init__(lambda knobs: 2.0)
+        self.stopped = threading.Event()
+
+    def evaluate(self, target, source, **kw):
+        if self.calls == 2:
+            _thread.interrupt_main()
+            self.stopped.wait(30)
+        return super().evaluate(target, source, **kw)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_turn_that_ends_after_ctrl_c_writes_nothing_after_the_stop(tmp_path, workers):
+    runner = _InterruptsMidEvaluation()
+
+    def seen(event, state):
+        if event.type == "run_stopped":
+            runner.stopped.set()
+
+    _, stop = start_run(EXAMPLES / "cpu_matmul", tmp_path / "ws", runner=runner,
+                        on_event=seen, max_evals=20, workers=workers)
+    for t in threading.enumerate():  # the late turn: let it try to write
+        if t.name.startswith("eat-turn-"):
+            t.join(30)
+    events = Workspace.open(tmp_path / "ws").read_events()[0]
+    assert stop.code == "interrupted" and runner.calls == 3
+    assert events[-1].type == "run_stopped", [e.type for e in events[-4:]]
