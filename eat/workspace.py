@@ -32,6 +32,8 @@ GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tm
                "/.best.old/", "/worktrees/", "/report.html"]
 # A team branch tracks what the agent works on; scratch files, the request folder and the
 # read-only copies stay out of it.
+# Queued git jobs past which the queued commits are made as one (see _Committer._work).
+BACKLOG = 8
 WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
 
 
@@ -408,8 +410,9 @@ class _Committer:
             raise error
 
     def _work(self) -> None:
+        waiting: list[tuple] = []  # a job taken from the queue while gathering commits
         while True:
-            message, paths, repo = self.jobs.get()
+            message, paths, repo = waiting.pop() if waiting else self.jobs.get()
             if callable(message):  # a call: its result or error goes back to the caller
                 try:
                     paths.set_result(message(self.repo))
@@ -417,14 +420,34 @@ class _Committer:
                     paths.set_exception(e)
                 self.jobs.task_done()
                 continue
-            for attempt in range(2):  # once more after a moment: a file may have been mid-rename
+            # Past BACKLOG queued jobs, the commits behind this one (to the same repository) go
+            # in with it: a commit costs more as the repository grows, and git must keep up.
+            messages, paths, done = [message], list(paths), 1
+            while not waiting and (done > 1 or self.jobs.qsize() >= BACKLOG):
                 try:
-                    repo.git.add("-A", "--", *paths)
-                    repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
                     break
-                except Exception as e:  # kept for flush(): a failed commit must not pass silently
-                    if attempt:
-                        self.error = self.error or e
-                    else:
-                        time.sleep(0.2)
-            self.jobs.task_done()
+                if callable(job[0]) or job[2] is not repo:
+                    waiting.append(job)
+                else:
+                    messages.append(job[0])
+                    paths += job[1]
+                    done += 1
+            self._commit(repo, messages, paths)
+            for _ in range(done):
+                self.jobs.task_done()
+
+    def _commit(self, repo: git.Repo, messages: list[str], paths: list[str]) -> None:
+        message = messages[0] if len(messages) == 1 else "\n\n".join(
+            [f"{len(messages)} commits in one, from {messages[0].splitlines()[0]}"] + messages)
+        for attempt in range(2):  # once more after a moment: a file may have been mid-rename
+            try:
+                repo.git.add("-A", "--", *dict.fromkeys(paths))
+                repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
+                return
+            except Exception as e:  # kept for flush(): a failed commit must not pass silently
+                if attempt:
+                    self.error = self.error or e
+                else:
+                    time.sleep(0.2)

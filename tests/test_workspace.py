@@ -1,13 +1,15 @@
 """The workspace: event log durability and damage, the lock, atomic best/, git history."""
 
 import json
+import threading
+import time
 
 import pytest
 
 from eat.config import RunConfig
 from eat.errors import BadInput
 from eat.events import RunStarted, RunStopped, TeamSpawned
-from eat.workspace import Workspace
+from eat.workspace import BACKLOG, Workspace
 
 
 @pytest.fixture
@@ -104,3 +106,28 @@ def test_best_is_replaced_whole_and_commits_read_as_history(ws):
         "c0002 t-1: ok 3.00x (new best)", "c0001 t-1: ok 2.00x"]
     tracked = ws.repo.git.ls_files().split()
     assert "history.jsonl" not in tracked and "best/candidate.c" in tracked
+
+
+def test_commits_queued_past_the_backlog_go_in_as_one_and_lose_nothing(ws):
+    """When git falls behind (a commit costs more as the repository grows) the queued commits
+    are made together: every file and every message still lands, in one commit."""
+    ws.commit("first")
+    ws.flush()
+    gate = threading.Event()
+    blocked = threading.Thread(target=ws.git_call, args=(lambda repo: gate.wait(30),))
+    blocked.start()  # holds the git thread while the run queues its commits
+    n = BACKLOG + 3
+    while ws._git().jobs.unfinished_tasks == 0:
+        time.sleep(0.01)
+    for i in range(n):
+        ws.write_candidate("t-1", f"c{i:04d}", {"candidate.c": str(i)}, {"status": "ok"})
+        ws.commit(f"c{i:04d} t-1: ok")
+    gate.set()
+    blocked.join()
+    ws.flush()
+    commits = list(ws.repo.iter_commits())
+    assert commits[0].summary == f"{n} commits in one, from c0000 t-1: ok"
+    assert all(f"c{i:04d} t-1: ok" in commits[0].message for i in range(n))
+    assert commits[1].summary == "first"
+    tracked = ws.repo.git.ls_files().split()
+    assert all(f"teams/t-1/candidates/c{i:04d}/candidate.c" in tracked for i in range(n))
