@@ -12,6 +12,7 @@ import statistics
 from array import array
 from collections import deque
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from eat.config import PlateauConfig
@@ -66,7 +67,7 @@ class Candidate:
         """What it tried, for people and prompts: its knob values, else the agent's idea."""
         return ", ".join(f"{k}={v}" for k, v in self.knobs.items()) or self.idea or self.cid
 
-    @property
+    @cached_property  # a candidate never changes: a re-time replaces it (RunState._retimed)
     def estimate(self) -> float | None:
         """Median of every measurement; None once a re-time found it failing."""
         if self.status != "ok" or self.failed_retime or not self.measurements:
@@ -187,7 +188,7 @@ class KnobIndex:
                 self._widen(name)
         self.rows[c.cid] = len(self.cids)
         self.cids.append(c.cid)
-        self.table.extend(self._code(j, c.knobs.get(k)) for k, j in self.columns.items())
+        self.table.extend([self._code(j, c.knobs.get(k)) for k, j in self.columns.items()])
         self.estimates.append(math.nan)
         self.update(c)
 
@@ -204,11 +205,11 @@ class KnobIndex:
             self.estimates[row] = math.nan if c.estimate is None else c.estimate
 
     def _code(self, column: int, value: Any) -> int:
+        codes = self.codes[column]
         try:
-            hash(value)
+            return codes.setdefault(value, len(codes))
         except TypeError:  # a list or table from TOML: compared by value, as differs() does
-            value = ("unhashable", repr(value))
-        return self.codes[column].setdefault(value, len(self.codes[column]))
+            return codes.setdefault(("unhashable", repr(value)), len(codes))
 
     def _widen(self, name: str) -> None:
         """A knob name not seen before (in practice, at the first candidate only): every row so
