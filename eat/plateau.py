@@ -70,6 +70,15 @@ def climbed(state: RunState) -> list[Candidate]:
     return optima(state) + [c for c in starts if c is not None]
 
 
+def _differing(columns: np.ndarray, point: np.ndarray) -> np.ndarray:
+    """For each configuration (a column of `columns`, one row per knob), how many knobs it sets
+    differently from `point`."""
+    count = np.zeros(columns.shape[1], dtype=np.int32)
+    for knob, value in zip(columns, point):
+        count += knob != value
+    return count
+
+
 def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterator[Candidate]:
     """Candidates worth a climb, best first (callers take the first few): far from every
     `known` point and from each other, above the run's median, and clearly above what was
@@ -79,17 +88,18 @@ def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterato
     if not index.cids:
         return
     est = np.array(index.estimates)
-    codes = np.array(index.table, dtype=np.int32).reshape(len(index.cids), len(index.columns))
+    # One row per knob: comparing a column at a time is several times quicker than by rows.
+    codes = np.array(index.table, dtype=np.int32).reshape(len(index.cids), -1).T.copy()
     measured = np.flatnonzero(~np.isnan(est))
     if not measured.size:
         return
     median = np.sort(est[measured])[measured.size // 2]
     above = measured[est[measured] > median]
     above = above[np.argsort(-est[above], kind="stable")]  # ties: the earlier first
-    top, far = codes[above], np.ones(above.size, dtype=bool)
+    top, far = codes[:, above], np.ones(above.size, dtype=bool)
 
     def leave(row: int, radius: int) -> None:  # from now on, only what is far from `row`
-        far[:] &= np.count_nonzero(top != codes[row], axis=1) >= radius
+        far[:] &= _differing(top, codes[:, row]) >= radius
 
     elsewhere = []  # known points without a row (no knobs): checked one by one
     for x in known:
@@ -97,7 +107,7 @@ def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterato
             elsewhere.append(x)
         else:
             leave(row, region_radius(len(x.knobs)))
-    measured_codes, looked = codes[measured], 0
+    measured_codes, looked = codes[:, measured], 0
     for i in np.flatnonzero(far):
         c = state.candidates[index.cids[above[i]]]
         if not far[i] or c.cid in taken or not all(far_apart(c, x) for x in elsewhere):
@@ -106,7 +116,7 @@ def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterato
             return
         looked += 1
         radius = region_radius(len(c.knobs))
-        near = np.count_nonzero(measured_codes != codes[above[i]], axis=1) < radius
+        near = _differing(measured_codes, codes[:, above[i]]) < radius
         around = est[measured[near & (measured != above[i])]]
         if not around.size or est[above[i]] >= PROMISING * np.sort(around)[around.size // 2]:
             leave(above[i], radius)
