@@ -320,8 +320,8 @@ def serve(setup, check) -> None:
     """Run the job on stdin and write its one tagged result line.
 
     `setup(job)` runs before any candidate code (its failures are the target's: harness_error);
-    then the process is confined to writing in its folder, its working directory (and /dev, for
-    device runtimes), and locked down, and `check(job, state)` loads and judges the candidate.
+    then the process may write only in its working directory (and /dev, for device runtimes),
+    is locked down, and `check(job, state)` loads and judges the candidate.
     """
     job = json.loads(sys.stdin.read())
     sys.stdin.close()

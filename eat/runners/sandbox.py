@@ -4,10 +4,10 @@ Two layers: `run()` starts a fresh process with resource limits, a wall-clock ki
 process group, a scrubbed environment and captured, truncated output; `lock_down()` is called by
 the harness inside that process just before it loads a candidate, and installs a seccomp filter
 so native code can make threads but cannot fork, exec, signal other processes, open a network
-socket or reboot the machine. The filter matters most when eat runs as root, where RLIMIT_NPROC is not enforced.
-`confine_writes()`, called there too, uses Landlock (where the kernel has it) so the candidate
-changes files only in its own folder (not the cache, the workspace or the user's files) and
-opens no TCP connections.
+socket or reboot the machine. The filter matters most when eat runs as root, where RLIMIT_NPROC
+is not enforced. `confine_writes()`, called there too, uses Landlock (where the kernel has it)
+so the candidate changes files only in its own folder (not the cache, the workspace or the
+user's files) and opens no TCP connection.
 """
 
 from __future__ import annotations
