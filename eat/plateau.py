@@ -13,7 +13,8 @@ import numpy as np
 
 from eat.config import PlateauConfig
 from eat.events import PlateauDetected
-from eat.state import Candidate, RunState, Team, differs, region_radius
+from eat.knobspace import differs, region_radius
+from eat.state import Candidate, RunState, Team
 
 PROMISING = 1.2  # a region is worth a climb when its best beats what is around it this much
 # Far candidates compared with all that was measured around them, per query, best first: each

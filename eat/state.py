@@ -7,9 +7,7 @@ only `from_events` (once per resume or `eat status`) reads the whole log.
 from __future__ import annotations
 
 import copy
-import math
 import statistics
-from array import array
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -19,6 +17,7 @@ from eat.config import PlateauConfig
 from eat.events import (AttemptFailed, CandidateChecked, CandidateEvaluated, EliteRetimed, Event,
                         HumanSteered, LLMCalled, PlanUpdated, PlateauDetected, RestructureScored,
                         Restructured, RunStarted, SupervisorAdvised, TeamExhausted, TeamSpawned)
+from eat.knobspace import KnobIndex
 
 LOCAL = frozenset({"coordinate", "refiner"})
 
@@ -165,72 +164,6 @@ class Pending:
     best_before: float | None
     at: dict[str, int]
     arm: str | None = None
-
-
-class KnobIndex:
-    """Every evaluated candidate that has knobs, as a row of small integer codes (one column per
-    knob name; an unset knob has a code too) and its estimate (NaN: none), in flat arrays: a
-    region query over a long run compares them all at once with numpy (plateau.py)."""
-
-    def __init__(self) -> None:
-        self.columns: dict[str, int] = {}         # knob name -> column
-        self.codes: list[dict[Any, int]] = []     # per column: value -> code
-        self.cids: list[str] = []                 # row -> candidate
-        self.rows: dict[str, int] = {}            # candidate -> row
-        self.table = array("q")                   # len(cids) x len(columns) codes, row by row
-        self.estimates = array("d")
-
-    def add(self, c: Candidate) -> None:
-        if not c.knobs:
-            return
-        for name in c.knobs:
-            if name not in self.columns:
-                self._widen(name)
-        self.rows[c.cid] = len(self.cids)
-        self.cids.append(c.cid)
-        self.table.extend([self._code(j, c.knobs.get(k)) for k, j in self.columns.items()])
-        self.estimates.append(math.nan)
-        self.update(c)
-
-    def copy(self) -> KnobIndex:
-        new = KnobIndex()
-        new.columns, new.codes = dict(self.columns), [dict(c) for c in self.codes]
-        new.cids, new.rows = list(self.cids), dict(self.rows)
-        new.table, new.estimates = array("q", self.table), array("d", self.estimates)
-        return new
-
-    def update(self, c: Candidate) -> None:
-        """Take `c`'s estimate again (after a re-time)."""
-        if (row := self.rows.get(c.cid)) is not None:
-            self.estimates[row] = math.nan if c.estimate is None else c.estimate
-
-    def _code(self, column: int, value: Any) -> int:
-        codes = self.codes[column]
-        try:
-            return codes.setdefault(value, len(codes))
-        except TypeError:  # a list or table from TOML: compared by value, as differs() does
-            return codes.setdefault(("unhashable", repr(value)), len(codes))
-
-    def _widen(self, name: str) -> None:
-        """A knob name not seen before (in practice, at the first candidate only): every row so
-        far has it unset."""
-        width = len(self.columns)
-        self.columns[name] = width
-        self.codes.append({})
-        unset, old, self.table = self._code(width, None), self.table, array("q")
-        for r in range(len(self.cids)):
-            self.table.extend(old[r * width:(r + 1) * width])
-            self.table.append(unset)
-
-
-def differs(a: dict[str, Any], b: dict[str, Any]) -> int:
-    """How many knobs two configurations set differently."""
-    return sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
-
-
-def region_radius(knobs: int) -> int:
-    """Configurations differing in fewer knobs than this are in the same region."""
-    return max(2, (knobs + 1) // 2)
 
 
 def _better(new: float | None, ref: float | None, threshold: float) -> bool:
@@ -418,7 +351,7 @@ class RunState:
                       vendor_gflops=e.vendor_gflops, idea=e.idea, message=e.message,
                       measurements=[e.speedup] if e.speedup is not None else [])
         self.candidates[c.cid] = c
-        self.knob_index.add(c)
+        self.knob_index.add(c.cid, c.knobs, c.estimate)
         self.hashes.setdefault(c.source_hash, c.cid)
         last = self.recent[-1] if self.recent else None
         self.recent.append(c)
@@ -520,7 +453,7 @@ class RunState:
     def _replace(self, old: Candidate, new: Candidate) -> Candidate:
         """Put `new` wherever the state holds `old`; snapshots keep `old` as it was."""
         self.candidates[new.cid] = new
-        self.knob_index.update(new)
+        self.knob_index.update(new.cid, new.estimate)
         self.leaders = [new if x is old else x for x in self.leaders]
         self.recent = deque((new if x is old else x for x in self.recent), self.recent.maxlen)
         for team in self.teams.values():

@@ -6,7 +6,7 @@ from pathlib import Path
 from eat.agents import surrogate
 from eat.agents.offline import OfflineAgent
 from eat.events import TeamSpawned
-from eat.state import differs
+from eat.knobspace import differs
 from eat.target import load_target
 from history import History
 

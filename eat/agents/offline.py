@@ -19,9 +19,10 @@ from typing import Any
 
 from eat.agents import surrogate
 from eat.agents.base import Proposal
+from eat.knobspace import differs, region_radius
 from eat.runners.base import source_hash
 from eat.skill import SkillData
-from eat.state import RunState, Team, differs, region_radius
+from eat.state import RunState, Team
 from eat.target import Target
 
 STRATEGIES = ("coordinate", "explorer", "refiner", "model")

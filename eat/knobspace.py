@@ -1,0 +1,75 @@
+"""The knob space's geometry: how far apart two configurations are (`differs`, in knobs;
+`region_radius`, where a region ends), and `KnobIndex`, every evaluated configuration in flat
+arrays for region queries over a long run (plateau.promising_regions)."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any
+
+
+class KnobIndex:
+    """Every evaluated candidate that has knobs, as a row of small integer codes (one column per
+    knob name; an unset knob has a code too) and its estimate (NaN: none), in flat arrays: a
+    region query over a long run compares them all at once with numpy (plateau.py)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, int] = {}         # knob name -> column
+        self.codes: list[dict[Any, int]] = []     # per column: value -> code
+        self.cids: list[str] = []                 # row -> candidate
+        self.rows: dict[str, int] = {}            # candidate -> row
+        self.table = array("q")                   # len(cids) x len(columns) codes, row by row
+        self.estimates = array("d")
+
+    def add(self, cid: str, knobs: dict[str, Any], estimate: float | None) -> None:
+        if not knobs:
+            return
+        for name in knobs:
+            if name not in self.columns:
+                self._widen(name)
+        self.rows[cid] = len(self.cids)
+        self.cids.append(cid)
+        self.table.extend([self._code(j, knobs.get(k)) for k, j in self.columns.items()])
+        self.estimates.append(math.nan)
+        self.update(cid, estimate)
+
+    def copy(self) -> KnobIndex:
+        new = KnobIndex()
+        new.columns, new.codes = dict(self.columns), [dict(c) for c in self.codes]
+        new.cids, new.rows = list(self.cids), dict(self.rows)
+        new.table, new.estimates = array("q", self.table), array("d", self.estimates)
+        return new
+
+    def update(self, cid: str, estimate: float | None) -> None:
+        """A candidate's estimate changed (a re-time)."""
+        if (row := self.rows.get(cid)) is not None:
+            self.estimates[row] = math.nan if estimate is None else estimate
+
+    def _code(self, column: int, value: Any) -> int:
+        codes = self.codes[column]
+        try:
+            return codes.setdefault(value, len(codes))
+        except TypeError:  # a list or table from TOML: compared by value, as differs() does
+            return codes.setdefault(("unhashable", repr(value)), len(codes))
+
+    def _widen(self, name: str) -> None:
+        """A knob name not seen before (in practice, at the first candidate only): every row so
+        far has it unset."""
+        width = len(self.columns)
+        self.columns[name] = width
+        self.codes.append({})
+        unset, old, self.table = self._code(width, None), self.table, array("q")
+        for r in range(len(self.cids)):
+            self.table.extend(old[r * width:(r + 1) * width])
+            self.table.append(unset)
+
+
+def differs(a: dict[str, Any], b: dict[str, Any]) -> int:
+    """How many knobs two configurations set differently."""
+    return sum(a.get(k) != b.get(k) for k in a.keys() | b.keys())
+
+
+def region_radius(knobs: int) -> int:
+    """Configurations differing in fewer knobs than this are in the same region."""
+    return max(2, (knobs + 1) // 2)
