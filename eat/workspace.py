@@ -32,9 +32,9 @@ GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tm
                "/.best.old/", "/worktrees/", "/report.html"]
 # A team branch tracks what the agent works on; scratch files, the request folder and the
 # read-only copies stay out of it.
+WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
 # Queued git jobs past which the queued commits are made as one (see _Committer._work).
 BACKLOG = 8
-WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
 
 
 SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "hip": "candidate.hip",
@@ -410,9 +410,9 @@ class _Committer:
             raise error
 
     def _work(self) -> None:
-        waiting: list[tuple] = []  # a job taken from the queue while gathering commits
+        held = None  # a job taken from the queue while gathering commits: it runs next
         while True:
-            message, paths, repo = waiting.pop() if waiting else self.jobs.get()
+            (message, paths, repo), held = held or self.jobs.get(), None
             if callable(message):  # a call: its result or error goes back to the caller
                 try:
                     paths.set_result(message(self.repo))
@@ -422,20 +422,20 @@ class _Committer:
                 continue
             # Past BACKLOG queued jobs, the commits behind this one (to the same repository) go
             # in with it: a commit costs more as the repository grows, and git must keep up.
-            messages, paths, done = [message], list(paths), 1
-            while not waiting and (done > 1 or self.jobs.qsize() >= BACKLOG):
-                try:
-                    job = self.jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if callable(job[0]) or job[2] is not repo:
-                    waiting.append(job)
-                else:
-                    messages.append(job[0])
-                    paths += job[1]
-                    done += 1
+            messages, paths = [message], list(paths)
+            if self.jobs.qsize() >= BACKLOG:
+                while held is None:
+                    try:
+                        job = self.jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if callable(job[0]) or job[2] is not repo:
+                        held = job
+                    else:
+                        messages.append(job[0])
+                        paths += job[1]
             self._commit(repo, messages, paths)
-            for _ in range(done):
+            for _ in messages:
                 self.jobs.task_done()
 
     def _commit(self, repo: git.Repo, messages: list[str], paths: list[str]) -> None:
