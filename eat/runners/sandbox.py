@@ -250,8 +250,10 @@ _LL_FS = {1: 0b1_1111_1111_0010, 2: 1 << 13, 3: 1 << 14}
 _LL_TCP = 0b11  # bind and connect (ABI 4)
 
 
+_LIBC.syscall.restype = ctypes.c_long
+
+
 def _syscall(nr: int, *args) -> int:
-    _LIBC.syscall.restype = ctypes.c_long
     return _LIBC.syscall(ctypes.c_long(nr), *args)
 
 
