@@ -1,9 +1,11 @@
-"""Every file eat keeps outside a workspace: builds, machine measurements, device locks; and
-the cap on what builds and input sets may take (least recently used first out)."""
+"""Every file eat keeps outside a workspace: builds (each checked against the sha256 eat
+recorded beside it), machine measurements, device locks; and the cap on what builds and input
+sets may take (least recently used first out)."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import math
 import os
 import shutil
@@ -17,6 +19,7 @@ from eat.errors import BadInput
 IDLE_S = 3600.0        # an entry used this recently may be read by a running evaluation
 PRUNE_EVERY_S = 600.0  # maybe_prune's pace in one process
 TRASH = ".trash-"      # a folder being removed: renamed first, so readers see all of it or none
+SIDECAR = ".sha256"    # beside each build: the sha256 of the file eat wrote there
 
 
 def cache_dir() -> Path:
@@ -67,6 +70,36 @@ def device_lock(device: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def keep_build(built: Path, kept: Path) -> None:
+    """Copy the library at `built` to `kept` in the builds folder, its sha256 beside it (each
+    file replaced atomically, the sha256 first: a reader never sees a new build without it)."""
+    tag = f".{os.getpid()}-{threading.get_ident()}.part"
+    sidecar = _sidecar(kept)
+    sum_part, lib_part = (p.with_name(p.name + tag) for p in (sidecar, kept))
+    sum_part.write_text(_sha256(built))
+    os.replace(sum_part, sidecar)
+    shutil.copyfile(built, lib_part)
+    os.replace(lib_part, kept)
+
+
+def intact_build(kept: Path, copy: Path | None = None) -> bool:
+    """Whether the build at `kept` (or `copy`, a copy of it) is the file keep_build wrote
+    there: False when it changed since, or has no sha256 beside it (not eat's)."""
+    try:
+        return _sha256(copy or kept) == _sidecar(kept).read_text()
+    except FileNotFoundError:
+        return False
+
+
+def _sidecar(build: Path) -> Path:
+    return build.with_name(build.name + SIDECAR)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def max_bytes() -> int:
     """Bytes builds and input sets may take: $EAT_CACHE_MAX_GB GB (default 20); else BadInput."""
     text = os.environ.get("EAT_CACHE_MAX_GB") or "20"
@@ -89,9 +122,10 @@ def used(path: Path) -> None:
 
 
 def prune(limit_bytes: int | None = None, idle_s: float = IDLE_S) -> list[Path]:
-    """Remove the least recently used builds (each file) and input sets (each folder) until
-    they hold at most `limit_bytes` (default max_bytes()), and crash leftovers (`.part`
-    files, trash); never one used in the last `idle_s` seconds. Returns what it removed."""
+    """Remove the least recently used builds (each file, with its sha256) and input sets (each
+    folder) until they hold at most `limit_bytes` (default max_bytes()), and leftovers (`.part`
+    files, trash, a sha256 whose build is gone); never one used in the last `idle_s` seconds.
+    Returns what it removed."""
     limit = max_bytes() if limit_bytes is None else limit_bytes
     now = time.time()
     entries, leftovers = _listed()
@@ -126,7 +160,8 @@ def maybe_prune(force: bool = False) -> None:
 
 
 def _listed() -> tuple[list[tuple[float, int, Path]], list[tuple[float, Path]]]:
-    """(mtime, bytes, path) of each entry of builds/ and inputs/; (mtime, path) of leftovers."""
+    """(mtime, bytes, path) of each entry of builds/ and inputs/; (mtime, path) of leftovers.
+    A build's sha256 is no entry of its own: it goes with its build (_remove)."""
     entries, leftovers = [], []
     for folder in (builds_dir(), inputs_dir()):
         for path in folder.iterdir():
@@ -134,7 +169,10 @@ def _listed() -> tuple[list[tuple[float, int, Path]], list[tuple[float, Path]]]:
                 st = path.stat()
             except OSError:
                 continue  # removed meanwhile
-            if path.name.endswith(".part") or path.name.startswith(TRASH):
+            build = path.with_name(path.name.removesuffix(SIDECAR))
+            if build != path and build.exists():
+                continue  # a build's sha256
+            if path.name.endswith((".part", SIDECAR)) or path.name.startswith(TRASH):
                 leftovers.append((st.st_mtime, path))
             elif not path.name.startswith("."):  # a child's HOME litter is none of ours
                 size = _folder_size(path) if path.is_dir() else st.st_size
@@ -155,13 +193,14 @@ def _folder_size(folder: Path) -> int:
 
 
 def _remove(path: Path, mtime: float) -> bool:
-    """Remove `path` unless it was used since its mtime was read; a folder is renamed to a
-    trash name first, so a reader sees it whole or not at all."""
+    """Remove `path` (a build with its sha256) unless it was used since its mtime was read; a
+    folder is renamed to a trash name first, so a reader sees it whole or not at all."""
     try:
         if path.stat().st_mtime != mtime:
             return False  # used meanwhile
         if not path.is_dir():
             path.unlink()
+            _sidecar(path).unlink(missing_ok=True)
             return True
         trash = path if path.name.startswith(TRASH) else \
             path.with_name(f"{TRASH}{path.name}.{os.getpid()}")

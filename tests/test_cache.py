@@ -1,6 +1,7 @@
 """The cache's cap (eat/cache.py): builds and input sets removed least recently used first,
-never one used within the last hour, never locks, anchors or doctor.json; and a real
-evaluation that finds its input sets and builds pruned makes them again.
+never one used within the last hour, never locks, anchors or doctor.json; a real evaluation
+that finds its input sets and builds pruned makes them again; and a build changed in the cache
+(not the file eat built there) is built again, never loaded.
 
 Real files throughout; ages are set with os.utime, never waited for.
 """
@@ -8,6 +9,8 @@ Real files throughout; ages are set with os.utime, never waited for.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -82,6 +85,18 @@ def test_what_was_used_within_the_hour_stays_even_over_the_cap(monkeypatch):
     assert fresh.is_dir() and raced.exists() and live_part.exists()
 
 
+def test_a_builds_sha256_goes_with_it_and_one_left_alone_is_a_leftover():
+    """A build's sha256 is no entry of its own: it is removed with its build; one whose build
+    is gone is removed once it is as old as a crash's `.part` must be."""
+    build = _build("cand-a.so", 100, hours=2)
+    _build("cand-a.so.sha256", 64, hours=5)  # written when built, never marked used since
+    lone = _build("cand-gone.so.sha256", 64, hours=2)
+    on_its_way = _build("cand-new.so.sha256", 64, hours=0.5)  # keep_build writes it first
+    assert cache.prune(limit_bytes=100) == [lone]  # the build alone is within the cap
+    assert cache.prune(limit_bytes=0) == [build]
+    assert list(cache.builds_dir().iterdir()) == [on_its_way]
+
+
 def test_locks_anchors_and_the_doctors_file_are_never_removed(own_cache):
     with cache.device_lock("cpu0"):
         pass
@@ -107,10 +122,48 @@ def test_an_evaluation_after_its_sets_and_builds_were_pruned_makes_them_again(qu
     (folder,) = cache.inputs_dir().iterdir()
     builds = sorted(cache.builds_dir().iterdir())
     removed = cache.prune(limit_bytes=0, idle_s=0)
-    assert sorted(removed) == sorted([folder, *builds])
+    assert sorted(removed) == sorted([folder, *(b for b in builds if b.suffix != cache.SIDECAR)])
+    assert list(cache.builds_dir().iterdir()) == []  # each sha256 went with its build
     again = runner.evaluate(target, source)
     assert again.status == "ok", again.message
     assert folder.is_dir() and sorted(cache.builds_dir().iterdir()) == builds
+
+
+# Another build of the baseline, whose loading leaves a mark (before the harness confines writes).
+IMPOSTOR = """
+#include <stdio.h>
+__attribute__((constructor)) static void loaded(void) { fclose(fopen("%s", "w")); }
+"""
+
+
+@pytest.mark.parametrize("build, change", [("baseline", "another build"),
+                                           ("baseline", "garbage"), ("baseline", "no sha256"),
+                                           ("candidate", "garbage")])
+def test_a_build_changed_in_the_cache_is_built_again_never_loaded(quick_matmul, tmp_path,
+                                                                  build, change):
+    """Each use checks the library kept in the cache against the sha256 recorded when it was
+    built: replaced by another build or by garbage, or with no sha256 beside it, it is built
+    again and the evaluation is as on an untouched cache."""
+    target = load_target(quick_matmul)
+    runner = CpuRunner()
+    source = f"// eat:cflags -O2\n{target.baseline_source()}"
+    assert runner.evaluate(target, source).ok
+    pattern = f"{target.name}-baseline-*.so" if build == "baseline" else "cand-*.so"
+    (lib,) = cache.builds_dir().glob(pattern)
+    mark = tmp_path / "loaded"
+    if change == "another build":
+        impostor = tmp_path / "impostor.c"
+        impostor.write_text(target.baseline_source() + IMPOSTOR % mark)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-o", str(lib), str(impostor)],
+                       check=True)
+    elif change == "garbage":
+        lib.write_bytes(b"\x7fELF not a library")
+    else:
+        lib.with_name(lib.name + cache.SIDECAR).unlink()
+    shutil.rmtree(cache.anchors_dir())  # so the baseline is timed, not scaled from the vendor
+    ev = runner.evaluate(target, source)
+    assert ev.ok and ev.speedup, ev.message
+    assert cache.intact_build(lib) and not mark.exists()
 
 
 def test_maybe_prune_prunes_once_per_interval_unless_forced_and_never_raises_oserror(

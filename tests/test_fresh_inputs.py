@@ -1,6 +1,6 @@
 """Input sets (eat/runners/inputs.py): fresh inputs for timed calls, made once per target, kept
-on disk under a key of the target's content, refused when changed after they were made; and the
-CPU runner's anchor (a slow baseline timed once, then scaled from the vendor's time).
+on disk under a key of the target's content, made again when changed after they were made; and
+the CPU runner's anchor (a slow baseline timed once, then scaled from the vendor's time).
 
 Everything here is real: gcc, the contained harness processes, the files on disk.
 """
@@ -8,12 +8,14 @@ Everything here is real: gcc, the contained harness processes, the files on disk
 from __future__ import annotations
 
 import shutil
+import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from eat.runners import native, sets
-from eat.runners.base import HarnessError
+from eat.runners import inputs, native, sets
+from eat.runners.base import HarnessError, runner_for
 from eat.runners.cpu import CpuRunner
 from eat.target import EvalConfig, load_target
 
@@ -76,19 +78,139 @@ def test_timed_sets_are_new_seeds_one_per_call(tmp_path):
     assert len(timed) == QUICK.warmup + QUICK.max_repeats
 
 
-def test_a_set_changed_on_disk_is_refused(tmp_path):
-    """The harness checks each set against the hash taken when it was made."""
+def _change(path: Path, how: str) -> None:
+    """Write into a set file as something other than eat might."""
+    if how == "append":
+        with open(path, "ab") as f:
+            f.write(b"\0" * 8)
+    else:  # rewritten in place, its size kept: one byte of the last expected value flipped
+        data = bytearray(path.read_bytes())
+        data[-9] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+def _sizes(cfg: EvalConfig) -> tuple:
+    """The pool sizes a manifest is kept for."""
+    return tuple(getattr(cfg, k) for k in ("seeds", "warmup", "max_repeats", "pool_mb"))
+
+
+@pytest.mark.parametrize("how", ["append", "rewrite"])
+def test_a_set_changed_on_disk_is_made_again(tmp_path, how):
+    """A set written into after it was made is found changed by the harness while this process
+    holds its manifest: the sets are made again and the evaluation run once more. A later
+    process (the memory cleared) makes it again too, rather than trust it. Either way the
+    file is as made, and matches its manifest."""
     kit = load_target(KIT)
     runner = CpuRunner()
-    baseline = (KIT / "baseline.c").read_text()
+    baseline = kit.baseline_source()
     assert runner.evaluate(kit, baseline, config=QUICK).ok
     (folder,) = _sets(tmp_path)
     victim = folder / "w0-s0.set"
-    data = bytearray(victim.read_bytes())
-    data[-9] ^= 0xFF
-    victim.write_bytes(bytes(data))
+    made = victim.read_bytes()
+    for later_process in (False, True):
+        _change(victim, how)
+        if later_process:
+            sets._SETS.clear()
+        ev = runner.evaluate(kit, baseline, config=QUICK)
+        assert ev.ok, ev.message
+        assert victim.read_bytes() == made
+        assert inputs.read_manifest(folder, _sizes(QUICK))
+
+
+def test_a_set_changed_again_once_made_anew_is_the_targets_error(monkeypatch):
+    """The evaluation is run once more only: when the sets made anew are found changed too
+    (here every manifest the harness gets names a fingerprint no file has), HarnessError."""
+    made = []
+    real_make = sets._make
+
+    def wrong(*args):
+        manifest = real_make(*args)
+        made.append(manifest)
+        manifest["workloads"][0]["verify"][0][1] = "0:0:0"
+        return manifest
+
+    monkeypatch.setattr(sets, "_make", wrong)
+    monkeypatch.setattr(sets.inputs, "read_manifest", lambda folder, sizes: None)
+    kit = load_target(KIT)
     with pytest.raises(HarnessError, match="changed on disk"):
-        runner.evaluate(kit, baseline, config=QUICK)
+        CpuRunner().evaluate(kit, kit.baseline_source(), config=QUICK)
+    assert len(made) == 2
+
+
+def test_prepare_makes_again_what_changed_since_a_manifest_recorded_it(tmp_path):
+    """A set file whose fingerprint none of the folder's manifests records for it is made
+    again; one that matches any of them (another pool size's, made since) is kept."""
+    folder = tmp_path / "sets"
+    cfg = {"seeds": 2, "warmup": 0, "max_repeats": 1, "pool_mb": 1}
+    calls = []
+
+    def make(wi, seed):
+        calls.append(seed)
+        return {"inputs": {"x": np.full(4, seed, np.float32)}, "expected": {}}
+
+    inputs.write_manifest(folder, (2, 0, 1, 1), inputs.prepare(folder, cfg, 1, make))
+    _change(folder / "w0-s1.set", "append")
+    calls.clear()
+    again = inputs.prepare(folder, cfg, 1, make)
+    assert calls == [1]
+    inputs.write_manifest(folder, (2, 0, 1, 2), again)  # the first manifest is stale now
+    calls.clear()
+    assert inputs.prepare(folder, cfg, 1, make) == again and calls == []
+
+
+# A Python target's sets go through the same files and the same retry; torch on the CPU.
+TORCH_TOML = """
+name = "double"
+runner = "cpu"
+language = "pytorch"
+[entry]
+name = "double"
+[reference]
+file = "reference.py"
+function = "reference"
+inputs = "inputs"
+[baseline]
+file = "baseline.py"
+[[workloads]]
+n = 64
+[tolerance]
+rtol = 1e-6
+[evaluation]
+seeds = 1
+timed = false
+timeout_s = 60
+"""
+
+TORCH_REFERENCE = """
+import torch
+
+def inputs(seed, n):
+    return [torch.randn(n, generator=torch.Generator().manual_seed(seed))]
+
+def reference(x):
+    return 2 * x
+"""
+
+
+@pytest.mark.slow  # five processes that import torch
+def test_a_python_targets_set_changed_on_disk_is_made_again(tmp_path):
+    pytest.importorskip("torch")
+    kit = tmp_path / "double"
+    kit.mkdir()
+    for name, text in (("target.toml", TORCH_TOML), ("reference.py", TORCH_REFERENCE),
+                       ("baseline.py", "def double(x):\n    return 2 * x\n")):
+        (kit / name).write_text(textwrap.dedent(text))
+    target = load_target(kit)
+    runner = runner_for(target)
+    source = target.baseline_source()
+    assert runner.evaluate(target, source).ok
+    (folder,) = _sets(tmp_path)
+    victim = folder / "w0-s0.set"
+    made = victim.read_bytes()
+    _change(victim, "rewrite")
+    ev = runner.evaluate(target, source)
+    assert ev.ok, ev.message
+    assert victim.read_bytes() == made
 
 
 def test_the_slow_baseline_is_timed_once_then_scaled_from_the_vendor():

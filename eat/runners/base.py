@@ -102,6 +102,11 @@ class HarnessError(EatError):
     code = "harness_error"
 
 
+class SetsChanged(HarnessError):
+    """An input set changed on disk after it was made (the harness's `detail.set_changed`): the
+    runner makes the sets again and evaluates once more."""
+
+
 class Peaks(BaseModel):
     """What `eat doctor` measured on one core of this machine."""
 
@@ -154,6 +159,8 @@ def read_result(job: dict, run: Completed, cfg: EvalConfig) -> dict:
     for line in run.stdout.splitlines():
         if line.startswith(tag):
             res = json.loads(line[len(tag):])
+            if res["status"] == "harness_error" and res.get("detail", {}).get("set_changed"):
+                raise SetsChanged(f"target {job['entry']}: {res['message'].strip()}")
             if res["status"] == "harness_error":
                 raise HarnessError(f"target {job['entry']}: the harness failed before "
                                    f"loading the candidate: {res['message'].strip()}")

@@ -347,7 +347,7 @@ def serve(setup, check) -> None:
     except Outcome as o:
         result = {"status": o.status, "message": o.message, "detail": o.detail}
     except SetChanged as e:  # not the candidate's doing to answer for: the target's inputs
-        result = {"status": "harness_error", "message": str(e)}
+        result = {"status": "harness_error", "message": str(e), "detail": {"set_changed": True}}
     except Exception:
         tb = traceback.format_exc(limit=6)
         status = "harness_error" if phase == "setup" else "crash"

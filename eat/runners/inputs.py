@@ -12,8 +12,9 @@ reference in its framework) and kept as files under cache_dir()/inputs/<target>-
 key hashing everything that decides them (the reference's source, the arguments, shapes and
 workloads, numpy's and the framework's versions), so a changed target gets new sets. The child
 reports each file's fingerprint (inode, size, ctime: any write, rename or chmod changes the
-ctime, which no system call sets back); harnesses refuse a file that no longer matches it, so a
-set changed on disk after that is not trusted. Only numpy and the standard library are
+ctime, which no system call sets back); harnesses refuse a file that no longer matches it, and
+the child makes a file again when its fingerprint is none its folder's manifests record for it,
+so a set changed on disk after that is not trusted. Only numpy and the standard library are
 imported here (the native child's side).
 """
 
@@ -111,17 +112,27 @@ def _write_set(path: Path, s: dict) -> None:
 
 
 def prepare(folder: Path, cfg: dict, workloads: int, make) -> dict:
-    """Make the missing sets of every workload with make(workload index, seed);
-    {"workloads": [{"verify": [[file, fingerprint]...], "time": [...]}]}. Runs where no
-    candidate ever ran."""
+    """Make the sets of every workload with make(workload index, seed) that are missing or
+    changed since a manifest recorded them; {"workloads": [{"verify": [[file, fingerprint]...],
+    "time": [...]}]}. Runs where no candidate ever ran."""
     folder.mkdir(parents=True, exist_ok=True)
+    recorded: dict[str, set[str]] = {}
+    for manifest in folder.glob("manifest-*.json"):
+        try:
+            for name, mark in _entries(json.loads(manifest.read_text())):
+                recorded.setdefault(name, set()).add(mark)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: it vouches for nothing
     out = []
     for wi in range(workloads):
         def kept(seed: int) -> list[str]:
             path = folder / f"w{wi}-s{seed}.set"
-            if not path.exists():
+            mark = fingerprint(path) if path.exists() else None
+            # Made again once changed since a manifest recorded it (none yet: a racing maker's).
+            if mark is None or mark not in recorded.get(path.name, {mark}):
                 _write_set(path, make(wi, seed))
-            return [path.name, fingerprint(path)]
+                mark = fingerprint(path)
+            return [path.name, mark]
 
         verify = [kept(seed) for seed in range(cfg["seeds"])]
         # The first set's file says what one costs: a Python target's shapes are known only
@@ -153,17 +164,22 @@ def write_manifest(folder: Path, sizes: tuple, made: dict) -> None:
 
 def read_manifest(folder: Path, sizes: tuple) -> dict | None:
     """A kept answer of prepare_job, if every file it names still has its fingerprint (else
-    None: the child looks again, and makes what is missing)."""
+    None: the child looks again, and makes what is missing or changed)."""
     try:
         made = json.loads(_manifest(folder, sizes).read_text())
-        for lists in made["workloads"]:
-            for entries in lists.values():
-                for name, want in entries:
-                    if fingerprint(folder / name) != want:
-                        return None
+        if any(fingerprint(folder / name) != want for name, want in _entries(made)):
+            return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return made
+
+
+def _entries(made: dict):
+    """(file, fingerprint) of every set a manifest names."""
+    for lists in made["workloads"]:
+        for entries in lists.values():
+            for name, mark in entries:
+                yield name, mark
 
 
 # -- reading sets (the harnesses) ------------------------------------------------------------
@@ -203,8 +219,7 @@ class SetFiles:
                     s["inputs" if kind == "in" else "expected"][name_] = \
                         np.lib.format.read_array(f, allow_pickle=False)
             if fingerprint(path) != want:
-                raise SetChanged(f"input set {path} changed on disk after it was made; "
-                                 f"delete {self.folder} to make the sets again")
+                raise SetChanged(f"input set {path} changed on disk after it was made")
             while len(self._loaded) >= self.keep:
                 self._loaded.pop(next(iter(self._loaded)))
             self._loaded[i] = self.convert(s)

@@ -25,9 +25,10 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eat.cache import anchors_dir, builds_dir, device_lock, maybe_prune, used
+from eat.cache import (anchors_dir, builds_dir, device_lock, intact_build, keep_build,
+                       maybe_prune, used)
 from eat.runners import inputs, sandbox
-from eat.runners.sets import input_sets
+from eat.runners.sets import again_if_sets_changed, input_sets
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, HarnessError, Peaks, eat_pythonpath,
                               read_result, source_hash, summarize)
 from eat.target import EvalConfig, Target, eval_expr
@@ -73,11 +74,13 @@ def compiler_version(compiler: str) -> str:
 
 def _reuse(kept: Path, dest: Path) -> str | None:
     """Copy the build kept at `kept` to `dest` and return its compile log; None when there is
-    none (a prune may remove it at any moment)."""
+    none (a prune may remove it at any moment) or it is not the file eat built there."""
     used(kept)
     try:
         shutil.copyfile(kept, dest)
     except FileNotFoundError:
+        return None
+    if not intact_build(kept, dest):  # the copy is checked: it is what the harness loads
         return None
     log = kept.with_suffix(".log")
     used(log)
@@ -133,6 +136,10 @@ class NativeRunner(ABC):
     def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
                  workdir: Path | None = None) -> Evaluation:
         cfg = config or target.evaluation
+        return again_if_sets_changed(lambda: self._evaluate(target, source, cfg, workdir))
+
+    def _evaluate(self, target: Target, source: str, cfg: EvalConfig,
+                  workdir: Path | None) -> Evaluation:
         ev = dict(target=target.name, runner=self.name, device=self.device,
                   arch=self.arch(target), source_hash=source_hash(source),
                   vendor=target.vendor.name if target.vendor else None)
@@ -161,9 +168,7 @@ class NativeRunner(ABC):
                                           "compile_s": time.monotonic() - t0}, **ev)
                 compile_log = built.stderr
                 kept_log.write_text(compile_log)
-                part = cached.with_suffix(f".{os.getpid()}-{threading.get_ident()}.part")  # atomic
-                shutil.copyfile(src.with_suffix(".so"), part)
-                os.replace(part, kept)
+                keep_build(src.with_suffix(".so"), kept)
                 maybe_prune()
             durations["compile_s"] = time.monotonic() - t0
             baseline_lib = self._baseline_lib(target, cfg)
@@ -264,18 +269,19 @@ class NativeRunner(ABC):
     def _kept_lib(self, target: Target, cfg: EvalConfig, name: str, source: str,
                   flags: list[str], failure: str) -> Path:
         """`source` built once per (source, command, compiler, device, env) into the builds
-        folder; HarnessError(`failure`: the compiler's first error) when it does not build."""
+        folder, and again whenever the file there is not the one built; HarnessError(`failure`:
+        the compiler's first error) when it does not build."""
         lib = builds_dir() / f"{name}-{self._build_key(target, source, flags)}.so"
         used(lib)  # a prune spares it while evaluations load it
-        if not lib.exists():
-            # Built beside the cache's builds: os.replace cannot cross filesystems (a tmpfs /tmp).
+        if not intact_build(lib):  # missing, changed since, or not eat's: replaced by a build
+            # Built beside the builds: what a crash leaves there is a `.part` that prune removes.
             with tempfile.TemporaryDirectory(prefix="base-", suffix=".part", dir=lib.parent) as tmp:
                 src = Path(tmp) / f"candidate{self.suffix}"
                 src.write_text(source)
                 built = self._compile(target, src, flags, cfg)
                 if built.returncode != 0:
                     raise HarnessError(f"{failure}: {_first_error(built.stderr)}")
-                os.replace(src.with_suffix(".so"), lib)  # atomic: racing builders agree
+                keep_build(src.with_suffix(".so"), lib)  # atomic: racing builders agree
             maybe_prune()
         return lib
 

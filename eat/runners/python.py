@@ -28,7 +28,7 @@ from eat.runners import sandbox
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, Peaks, eat_pythonpath, read_result,
                               source_hash, summarize)
 from eat.runners.cpu import cpu_model
-from eat.runners.sets import input_sets
+from eat.runners.sets import again_if_sets_changed, input_sets
 from eat.target import EvalConfig, Target
 
 # What each (runner, framework) needs, checked in a child so this process never imports torch.
@@ -88,6 +88,10 @@ class PythonRunner:
     def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
                  workdir: Path | None = None) -> Evaluation:
         cfg = config or target.evaluation
+        return again_if_sets_changed(lambda: self._evaluate(target, source, cfg, workdir))
+
+    def _evaluate(self, target: Target, source: str, cfg: EvalConfig,
+                  workdir: Path | None) -> Evaluation:
         ev = dict(target=target.name, runner=self.name, device=self.device,
                   source_hash=source_hash(source))
         try:

@@ -1,6 +1,7 @@
 """A target's input sets as the runners (the parent's side) find them: kept by this process,
 else left by an earlier one beside the sets (their manifest), else made by a child with no
-candidate in it (inputs.py's native child, or the Python harness's `prepare`)."""
+candidate in it (inputs.py's native child, or the Python harness's `prepare`); made again
+when a harness finds one changed on disk."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from eat.cache import PRUNE_EVERY_S, inputs_dir, maybe_prune, used
 from eat.runners import inputs, sandbox
-from eat.runners.base import HarnessError, eat_pythonpath
+from eat.runners.base import Evaluation, HarnessError, SetsChanged, eat_pythonpath
 
 # Input sets' manifests, per folder and pool sizes: made (and fingerprinted) once per process.
 _SETS: dict[tuple[Path, tuple], dict] = {}
@@ -46,6 +48,17 @@ def input_sets(name: str, key: list, job: dict, command: list[str],
     if made:
         maybe_prune(force=True)  # new sets are large: keep the cache under its cap now
     return manifest
+
+
+def again_if_sets_changed(evaluate: Callable[[], Evaluation]) -> Evaluation:
+    """evaluate(); where a harness found an input set changed on disk (SetsChanged), once more
+    with the sets read anew (a changed file is made again): a second SetsChanged is raised."""
+    try:
+        return evaluate()
+    except SetsChanged:
+        with _SETS_LOCK:
+            _SETS.clear()  # the manifests this process kept name files no longer there
+        return evaluate()
 
 
 def _mark_used(slot: tuple[Path, tuple]) -> None:
