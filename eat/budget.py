@@ -13,7 +13,7 @@ from eat.config import RunConfig
 from eat.state import RunState
 
 # Stop codes whose run failed (exit 1); the others ended as asked (exit 0), or by Ctrl-C (130).
-FAILED = frozenset({"no_progress", "llm_unusable"})
+FAILED = frozenset({"no_progress", "llm_unusable", "target_changed"})
 INTERRUPTED = "interrupted"
 
 

@@ -161,6 +161,14 @@ class _Progress:
         self.live.update(Group(head, table, f"last: {describe(event)}"[:200]))
 
 
+def _warn_unfenced(config) -> None:
+    """Say on stderr, before the run starts, when its external agents will not be fenced."""
+    from eat.agents.fence import warning
+
+    if line := warning(config):
+        Console(stderr=True, highlight=False).print(line, style="bold yellow", markup=False)
+
+
 def _run_with_progress(fn, *args, shown_evals: int, shown_time: float | None, **kwargs):
     from rich.live import Live
 
@@ -229,6 +237,7 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
     options = settings_file(config) | flags
     shown = make_config(target=str(target), **options)
     load_target(target)  # a bad target is said at once, not after the loop's imports (~2 s)
+    _warn_unfenced(shown)
     from eat.run import start_run
 
     _run_with_progress(start_run, target, workspace, shown_evals=shown.max_evals,
@@ -240,14 +249,19 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
 def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
            max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
            max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS,
-           executor: str = _EXECUTOR, ray_address: str = _RAY_ADDRESS):
+           executor: str = _EXECUTOR, ray_address: str = _RAY_ADDRESS,
+           accept_target_change: bool = typer.Option(
+               False, "--accept-target-change", help="Go on although the target folder "
+               "changed since the run started: it is the run's target from here on.")):
     """Continue a stopped or crashed run; budgets are totals for the run, not increments."""
     from eat.run import resume_run
     from eat.workspace import Workspace
 
     config = Workspace.open(workspace).config()
+    _warn_unfenced(config)
     _run_with_progress(resume_run, workspace, shown_evals=max_evals or config.max_evals,
                        shown_time=max_time or config.max_time_s,
+                       accept_target_change=accept_target_change,
                        **{k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
                                             ("max_cost_usd", max_cost),
                                             ("max_llm_calls", max_llm_calls),
@@ -270,6 +284,8 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     state = "running" if st["running"] else \
         f"stopped: {st['stopped']}: {st['stop_reason']}" if st["stopped"] else "stopped: crashed"
     out.print(f"{st['target']}  {state}", markup=False)
+    if st["tampered"]:
+        out.print(f"tampered: {st['tampered']}", markup=False)
     if st["skill"]:
         out.print(f"started from the skill {st['skill']['name']} ({st['skill']['file']}: "
                   f"{st['skill']['best']} at {st['skill']['best_speedup']:.2f}x)", markup=False)

@@ -18,6 +18,23 @@ LLM_CALLS_PER_EVAL, ATTEMPTS_PER_EVAL, SPAWNED_PER_TEAM, CHECKS_PER_EVAL = 10, 3
 RUNTIMES = ("prompt", "tools", "command", "claude-code", "codex", "aider", "mini-swe-agent")
 Runtime = Literal["prompt", "tools", "command", "claude-code", "codex", "aider",
                   "mini-swe-agent"]
+EXTERNAL = ("command", "claude-code", "codex", "aider", "mini-swe-agent")  # run as processes
+
+
+class AgentsConfig(BaseModel):
+    """How external agents (`command` and the coding-agent CLIs) are held (`[agents]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    confine: bool = Field(True, description="Fence every external agent's processes with "
+                          "Landlock: they change files only in their team's worktree, their "
+                          "turn's temporary folder and their CLI's declared folders, and cannot "
+                          "read the run's sealed files or the target's private/. False lets "
+                          "agents write and read wherever the user can (eat says so loudly).")
+    writes: list[str] = Field([], description="More folders (or files) every agent may change, "
+                              "e.g. a cache its tools need; `~` is the user's home, and an "
+                              "entry ending in '/' is made if missing. One that holds the "
+                              "workspace or the target (such as `~` itself) is left out.")
 
 
 class PlateauConfig(BaseModel):
@@ -123,6 +140,7 @@ class RunConfig(BaseModel):
                                "(each one an evaluation of max_evals).")
     max_checks: int | None = Field(None, ge=0, description="`eat check` calls in the whole run; "
                                    f"None: {CHECKS_PER_EVAL} per evaluation of max_evals.")
+    agents: AgentsConfig = AgentsConfig()
     supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
                             "False keeps the starting teams as they are (a baseline to compare "
                             "the supervisor against).")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eat.agents.fence import holds as agent_fence
 from eat.cache import device_lock, doctor_file
 from eat.runners.base import Peaks
 from eat.runners.cpu import cpu_model
@@ -424,5 +425,6 @@ def machine_report(refresh: bool = False) -> dict:
         "peak_gbps_gpu": gpu and round(gpu.gbps, 1),
         "gpu_peaks_note": gpu_why,
         "containment": containment(),
+        "agents": agent_fence(),
         "cache": str(doctor_file()),
     }

@@ -26,6 +26,9 @@ class RunStarted(_Event):
     config: dict[str, Any] = {}
     skill: dict[str, Any] | None = Field(None, description="The skill the run was started with "
                                          "(eat.skill.record: name, file, best); None: none.")
+    target_digest: str | None = Field(None, description="Content hash of the target folder "
+                                      "when the run started (eat.target.digest); None in logs "
+                                      "older than it.")
 
 
 class RunResumed(_Event):
@@ -38,8 +41,28 @@ class RunStopped(_Event):
     type: Literal["run_stopped"] = "run_stopped"
     reason: str = Field(description="Why, in one line for people.")
     code: str = Field("", description="Why, as a stable code: max_evals, max_time, max_cost, "
-                      "max_llm_calls, max_attempts, max_checks, no_progress, exhausted, llm_unusable, "
-                      "interrupted ('' in logs older than the codes).")
+                      "max_llm_calls, max_attempts, max_checks, no_progress, exhausted, "
+                      "llm_unusable, target_changed, interrupted ('' in logs older than the "
+                      "codes).")
+
+
+class TargetChanged(_Event):
+    type: Literal["target_changed"] = "target_changed"
+    files: list[str] = Field(description="Files of the target folder (relative paths) that "
+                             "differ from the run's snapshot: changed, added or removed.")
+    digest: str = Field(description="The folder's content hash now.")
+    accepted: bool = Field(False, description="True: `eat resume --accept-target-change` made "
+                           "the changed folder the run's target from here on; False: "
+                           "evaluations were refused.")
+
+
+class LogTampered(_Event):
+    type: Literal["log_tampered"] = "log_tampered"
+    lines: list[int] = Field(description="Lines of history.jsonl found wrong when the run "
+                             "resumed: those eat did not write as they stand (forged, changed, "
+                             "replayed), which every reader skips, and those after a gap in "
+                             "the seqs (lines deleted), which are kept.")
+    first: str = Field("", description="What is wrong with the first of them, for people.")
 
 
 class TeamSpawned(_Event):
@@ -184,7 +207,8 @@ class HumanSteered(_Event):
 Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
                         EliteRetimed, PlateauDetected, Restructured, RestructureScored,
                         LLMCalled, AttemptFailed, SupervisorAdvised, PlanUpdated,
-                        TeamExhausted, HumanSteered, CandidateChecked],
+                        TeamExhausted, HumanSteered, CandidateChecked, TargetChanged,
+                        LogTampered],
                   Field(discriminator="type")]
 EVENT = TypeAdapter(Event)
 
@@ -210,6 +234,12 @@ def describe(e: Event) -> str:
             return f"run resumed{extra}"
         case RunStopped():
             return f"run stopped: {e.code + ': ' if e.code else ''}{e.reason}"
+        case TargetChanged():
+            what = "accepted as the run's target" if e.accepted else "evaluations refused"
+            return f"the target changed ({', '.join(e.files[:5])}): {what}"
+        case LogTampered():
+            return (f"history.jsonl: {len(e.lines)} line(s) eat did not write, skipped "
+                    f"(first: line {e.lines[0] if e.lines else '?'}: {e.first})")
         case TeamSpawned():
             start = f" from {e.start_from}" if e.start_from else ""
             return f"team {e.team} ({e.preset}, {e.strategy}{start}): {e.directive}"

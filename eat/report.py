@@ -20,7 +20,7 @@ from eat.events import (CandidateEvaluated, LLMCalled, PlateauDetected, Restruct
                         speedup_text)
 from eat.state import RunState
 from eat.merge import read_settled
-from eat.workspace import Workspace, write_atomic
+from eat.workspace import Workspace, tampered, write_atomic
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
           "#e377c2", "#7f7f7f", "#bcbd22"]
@@ -453,13 +453,15 @@ def _usage(f: Facts) -> str:
 
 
 def render(ws: Workspace) -> str:
-    events, _ = ws.read_events()  # a torn last line (a run writing it now) is left out
+    log = ws.read_log()  # a torn last line (a run writing it now) is left out
     config = ws.config()
-    f = collect(events, config)
+    f = collect(log.events, config)
     legend = "".join(f'<button class="key" data-team="{escape(t)}"><span class="sw" '
                      f'style="background:{c}"></span>{escape(t)}</button>'
                      for t, c in f.teams.items())
-    sections = [("Run", _summary(ws, f, config.max_evals))]
+    bad = tampered(log.bad)
+    sections = [("Run", (f'<p class="no">tampered: {escape(bad)}</p>' if bad else "")
+                 + _summary(ws, f, config.max_evals))]
     if f.candidates:
         sections.append(("Best speedup over evaluations",
                          f'<p class="note">Each team\'s best so far (solid; click a team to hide '

@@ -17,9 +17,12 @@ from eat.agents.offline import OfflineAgent
 from eat.config import RunConfig, make_config
 from eat.context import RunContext
 from eat.errors import BadInput, RunnerUnavailable
-from eat.events import Event, LLMCalled, RunResumed, RunStarted, RunStopped, TeamSpawned
+from eat.events import (Event, LLMCalled, RunResumed, RunStarted, RunStopped, TargetChanged,
+                        TeamSpawned)
 from eat.llm import LLMClient, LLMSettings, check_model
 from eat.runners.base import Evaluation, Runner, runner_for
+from eat.seal import (Guarded, Seal, differences, digest, files_of, recorded_digest,
+                      snapshot)
 from eat.skill import Skill, load as load_skill, record as skill_record
 from eat.state import RunState
 from eat.status import run_status  # noqa: F401  (eat.run starts, resumes and reads runs)
@@ -151,8 +154,10 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
         with ws.lock():
             if skill:
                 write_atomic(ws.paths.skill, skill.text)
-            ctx = _context(ws, config, target, presets, make_agent, runner, ws.load(),
-                           eval_config=eval_config, on_event=on_event, sleep=sleep)
+            sealed = snapshot(target.root, ws.paths.target_copy, (ws.paths.root,))
+            ctx = _context(ws, config, load_target(ws.paths.target_copy), presets, make_agent,
+                           runner, ws.load(), eval_config=eval_config, on_event=on_event,
+                           sleep=sleep, sealed=sealed)
             _begin(ctx, skill_record(skill, given) if skill else None)
             return ws.paths.root, _loop(ctx)
     finally:
@@ -161,13 +166,18 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
 
 
 def _context(ws: Workspace, config: RunConfig, target: Target, presets: dict, make_agent,
-             runner: Runner, events: list[Event], *, eval_config, on_event, sleep) -> RunContext:
-    """The loop's dependencies, its state folded from `events`, and the LLM supervisor if any."""
+             runner: Runner, events: list[Event], *, eval_config, on_event, sleep,
+             sealed: str) -> RunContext:
+    """The loop's dependencies, its state folded from `events`, and the LLM supervisor if any;
+    the runner refuses to evaluate once the target folder no longer has the digest `sealed`."""
     state = RunState.from_events(events, config.windows())
     ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
                      presets=presets, make_agent=make_agent, eval_config=eval_config,
                      on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s,
                      sleep=sleep)
+    seal = Seal(Path(config.target), ws.paths.target_copy, sealed, (ws.paths.root,))
+    ctx.runner = Guarded(runner, seal, lambda files: ctx.record(TargetChanged(
+        files=files, digest=digest(files_of(seal.original, seal.leave_out)))))
     ctx.advisor = _advisor(ctx)
     return ctx
 
@@ -178,7 +188,7 @@ def _begin(ctx: RunContext, skill: dict | None = None) -> None:
     if ctx.state.seq == 0:
         ctx.record(RunStarted(target=target.name, target_path=config.target,
                               model=config.model, config=config.model_dump(mode="json"),
-                              skill=skill))
+                              skill=skill, target_digest=ctx.runner.seal.expected))
     for i, name in enumerate(config.start_teams()):
         p = ctx.presets[name]
         if f"{p.name}-{i + 1}" not in ctx.state.teams:
@@ -193,8 +203,11 @@ def _begin(ctx: RunContext, skill: dict | None = None) -> None:
 
 def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] | None = None,
                runner: Runner | None = None, eval_config: EvalConfig | None = None,
-               sleep: Callable[[float], None] = time.sleep, **budgets) -> tuple[Path, Stop]:
-    """Continue a stopped or crashed run; budgets given are totals for the whole run."""
+               sleep: Callable[[float], None] = time.sleep, accept_target_change: bool = False,
+               **budgets) -> tuple[Path, Stop]:
+    """Continue a stopped or crashed run; budgets given are totals for the whole run. A target
+    folder that changed since the run started is refused (BadInput) unless
+    `accept_target_change`: then it is the run's target from here on (target_changed)."""
     ws = Workspace.open(workspace)
     with ws.lock():
         config = ws.config()
@@ -207,12 +220,20 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
         skill = load_skill(ws.paths.skill, target) if ws.paths.skill.is_file() else None
         make_agent = _make_agent_factory(config, target, presets, skill)
         events = ws.load()
+        # Lines eat did not write, told once in the log (a later resume tells only new ones).
+        if tampering := ws.untold_tampering(events):
+            events.append(ws.append(tampering))
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
+        sealed, change = _reseal(ws, config, recorded_digest(events), bool(events),
+                                 accept_target_change)
         owned, runner = runner is None, _runner_for(target, runner, config)
         try:
-            ctx = _context(ws, config, target, presets, make_agent, runner, events,
-                           eval_config=eval_config, on_event=on_event, sleep=sleep)
+            ctx = _context(ws, config, load_target(ws.paths.target_copy), presets, make_agent,
+                           runner, events, eval_config=eval_config, on_event=on_event,
+                           sleep=sleep, sealed=sealed)
+            if change:
+                ctx.record(change)
             # EVOLUTION.md anew (a crash may have cut it short); what follows appends to it.
             ws.render_evolution(events)
             recovered = _recover(ctx)
@@ -227,6 +248,29 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
         finally:
             if owned:
                 _close(runner)
+
+
+def _reseal(ws: Workspace, config: RunConfig, expected: str | None, started: bool,
+            accept: bool) -> tuple[str, TargetChanged | None]:
+    """The digest a resumed run holds its target to, with its snapshot in place, and the
+    target_changed event to record, if any (a change accepted; a log older than seals)."""
+    original, copy, out = Path(config.target), ws.paths.target_copy, (ws.paths.root,)
+    now = files_of(original, out)
+    kept = files_of(copy) if copy.is_dir() else {}
+    if expected is not None and digest(now) == expected:
+        if digest(kept) != expected:  # the copy is gone or was written to: made again
+            snapshot(original, copy, out)
+        return expected, None
+    if expected is not None and not accept:
+        files = differences(now, kept) if digest(kept) == expected else ["its contents"]
+        raise BadInput(f"{original}: the target changed since the run started "
+                       f"({', '.join(files[:5])}); restore it, or resume with "
+                       "--accept-target-change to go on with it as it is now")
+    sealed = snapshot(original, copy, out)
+    if not started:
+        return sealed, None  # `eat start` died before run_started: _begin records it
+    return sealed, TargetChanged(files=differences(kept, now) if expected else [],
+                                 digest=sealed, accepted=True)
 
 
 def _recover(ctx: RunContext) -> list[str]:
@@ -258,6 +302,8 @@ def _loop(ctx: RunContext) -> Stop:
         finally:
             steering.stop()
         ctx.record(RunStopped(reason=stop.message, code=stop.code))
+        if ctx.state.best:  # best/ anew from the log: what is there now is never trusted
+            ctx.ws.set_best(ctx.state.best.team, ctx.state.best.cid)
         learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
         ctx.ws.commit(f"run stopped: {stop}")
     finally:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from eat.state import RunState
-from eat.workspace import Workspace
+from eat.workspace import Workspace, tampered
 
 
 def run_status(workspace: Path) -> dict:
     """What `eat status --json` prints: read-only, safe while the run goes on."""
     ws = Workspace.open(workspace)
     config = ws.config()
-    events, _ = ws.read_events()
+    log = ws.read_log()
+    events = log.events
     state = RunState.from_events(events, config.windows())
     best = state.best
     last = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
@@ -24,6 +25,7 @@ def run_status(workspace: Path) -> dict:
         "workspace": str(ws.paths.root),
         "target": state.target,
         "running": ws.is_locked(),
+        "tampered": tampered(log.bad),  # the log's first bad line, or None
         "stopped": (stopped.code or stopped.reason) if stopped else None,
         "stop_reason": stopped.reason if stopped else None,
         "evaluations": state.spent_evals,

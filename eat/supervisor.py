@@ -25,6 +25,7 @@ from eat.plateau import Plateau, detect_plateaus, elite_to_retime
 from eat.advisor import to_operations
 from eat.restructure import (Diagnosis, Limits, Operation, decide, diagnose, operation_events,
                              score)
+from eat.seal import TargetChangedError
 from eat.state import Candidate
 from eat.executors.local import Cancelled, LocalExecutor, default_workers
 from eat.team import (Turn, begin_turn, commit_step, end_turn, pick_team, step as team_step,
@@ -68,10 +69,15 @@ def limits(ctx: RunContext) -> Limits:
                   frozenset(n for n, p in ctx.presets.items() if usable(p)), llm=not offline)
 
 
-def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed:
-    """Evaluate the elite's source again: its estimate becomes the median of measurements."""
+def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed | None:
+    """Evaluate the elite's source again: its estimate becomes the median of measurements
+    (None: the target changed, and the run halts)."""
     source = ctx.ws.paths.candidate(elite.team, elite.cid) / source_name(ctx.target.language)
-    ev = ctx.runner.evaluate(ctx.target, source.read_text(), config=ctx.eval_config)
+    try:
+        ev = ctx.runner.evaluate(ctx.target, source.read_text(), config=ctx.eval_config)
+    except TargetChangedError as e:
+        ctx.halt = Stop(e.code, str(e))
+        return None
     before = ctx.state.best
     event = ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
     best = ctx.state.best
@@ -95,9 +101,12 @@ def start_turns(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
 
 def handle_turn_error(ctx: RunContext, team_id: str, error: BaseException) -> None:
     """A turn that raised: a spent LLM budget ends it (observe stops the run); an unusable
-    model halts the run; an LLM outage is logged and pauses the teams; anything else is a
-    bug and is raised here, on the main thread."""
+    model, or a target that changed, halts the run; an LLM outage is logged and pauses the
+    teams; anything else is a bug and is raised here, on the main thread."""
     if isinstance(error, BudgetSpent):
+        return
+    if isinstance(error, TargetChangedError):  # recorded when found; nothing may be judged now
+        ctx.halt = Stop(error.code, str(error))
         return
     if not isinstance(error, LLMError):
         raise error
@@ -126,7 +135,8 @@ def finish_turns(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -
         stop_agent(ctx, team_id, "the run stopped")
     for team_id, _, error in pool.drain():
         end_turn(ctx, turns.pop(team_id))
-        if error is not None and not isinstance(error, (BudgetSpent, LLMError, Cancelled)):
+        if error is not None and not isinstance(error, (BudgetSpent, LLMError, Cancelled,
+                                                        TargetChangedError)):
             raise error
 
 

@@ -1,11 +1,12 @@
 """`eat watch`: a live view of a run, redrawn when its event log changes.
 
 `RunView` folds history.jsonl into a RunState as the log grows, reading only the bytes appended
-since its last read: a long run's log is not parsed again per change, and a line still being
-written waits for its newline. `frame` turns the view into one rich renderable. `watch` redraws
-it whenever watchdog reports a write to history.jsonl, or to the workspace's lock file (closed
-when the run's process ends, even by kill -9: a run that dies without `run_stopped` is shown as
-no longer running). Nothing polls the files.
+since its last read: a long run's log is not parsed again per change, a line still being
+written waits for its newline, and a line eat did not write is skipped and named. `frame` turns
+the view into one rich renderable. `watch` redraws it whenever watchdog reports a write to
+history.jsonl, or to the workspace's lock file (closed when the run's process ends, even by
+kill -9: a run that dies without `run_stopped` is shown as no longer running). Nothing polls
+the files.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from eat.errors import BadInput
-from eat.events import Event, describe, parse_event, speedup_text
+from eat.events import Event, describe, speedup_text
 from eat.state import Candidate, RunState
 from eat.steer import on_writes
-from eat.workspace import Paths, Workspace
+from eat.workspace import LogReader, Paths, Workspace, read_key, tampered
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 60
@@ -61,32 +61,30 @@ class RunView:
     def _reset(self) -> None:
         self.state = RunState(self.config.windows())
         self.offset = 0                       # bytes of the log folded so far
+        self.log = LogReader(read_key(self.ws.paths))  # the log's rules; what was bad
         self.curve: list[float | None] = []   # the run's best after each evaluation
         self.recent: dict[str, deque[Candidate]] = {}  # each team's latest candidates
         self.decisions: deque[Event] = deque(maxlen=DECISIONS)
         self.session: Event | None = None     # the latest run_started, run_resumed or run_stopped
 
     def read(self) -> list[Event]:
-        """Fold the complete lines appended since the last read; returns their events."""
+        """Fold the complete lines appended since the last read (the log's rules: `LogReader`);
+        returns their events."""
         path = self.ws.paths.history
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size < self.offset:
                 self._reset()  # the log was replaced: what was folded no longer holds
             f.seek(self.offset)
             data = f.read()
+        if self.log.key is None:  # an older log gets its key when a run resumes it
+            self.log.key = read_key(self.ws.paths)
         new = []
         # Only what ends in a newline is a whole event: the writer may be mid-line (torn tail).
-        for raw in data[:data.rfind(b"\n") + 1].splitlines(keepends=True):
-            try:
-                e = parse_event(raw)
-            except ValueError:
-                raise BadInput(f"{path}: the line at byte {self.offset} is damaged") from None
-            if e.seq != self.state.seq + 1:
-                raise BadInput(f"{path}: seq {e.seq} at byte {self.offset}, expected "
-                               f"{self.state.seq + 1}")
-            self._apply(e)
-            self.offset += len(raw)
-            new.append(e)
+        for raw in data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]:
+            self.offset += len(raw) + 1
+            if (e := self.log.take(raw)) is not None:
+                self._apply(e)
+                new.append(e)
         return new
 
     def _apply(self, e: Event) -> None:
@@ -121,12 +119,15 @@ def _candidate(c: Candidate) -> str:
 
 
 def frame(view: RunView, running: bool) -> RenderableType:
-    """One picture of the run: state, best and its curve, budgets, teams, latest decisions."""
+    """One picture of the run: state, tampering, best and its curve, budgets, teams, latest
+    decisions."""
     st, best = view.state, view.state.best
     use = st.usage
     minutes, seconds = divmod(int(st.elapsed_s), 60)
     lines = [Text(f"{st.target or '?'}  {run_line(view, running)}  ({minutes}m{seconds:02d}s)",
                   style="bold")]
+    if bad := tampered(view.log.bad):
+        lines.append(Text(f"tampered: {bad}", style="bold red"))
     if best:
         lines.append(Text(f"best {speedup_text(best.estimate)} ({best.cid} by {best.team})  "
                           f"{sparkline(view.curve)}"))

@@ -1,21 +1,26 @@
 """The workspace on disk: every path defined once, atomic writes, the event log, the lock, git.
 
-The files are the truth. history.jsonl is append-only; a torn last line (the process died
-mid-write) is detected and dropped on resume, any other damage is refused. history.jsonl and
-EVOLUTION.md grow with the run and are kept out of git (a blob per commit would make the
-repository grow with the square of the run's length); `git log` carries the same story.
+The files are the truth. history.jsonl is append-only, and eat its only writer: each line
+carries a mac keyed with the run's secret, so a line anyone else wrote (or changed) is skipped
+and named, never trusted and never fatal. A torn last line (the process died mid-write) is
+dropped on resume. history.jsonl and EVOLUTION.md grow with the run and are kept out of git (a
+blob per commit would make the repository grow with the square of the run's length); `git log`
+carries the same story.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hmac
 import json
 import os
 import queue
+import secrets
 import shutil
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -23,7 +28,7 @@ import git
 import eat.workspace_template as workspace_template
 from eat.config import RunConfig, dump_config, load_config
 from eat.errors import BadInput
-from eat.events import Event, describe, parse_event
+from eat.events import Event, LogTampered, describe, parse_event
 
 TEMPLATE = Path(workspace_template.__file__).parent
 # Temporary files of atomic writes are ignored so a commit running beside a writer never sees
@@ -63,6 +68,10 @@ class Paths:
         self.checkpoint = self.state / "supervisor.sqlite"
         self.skill = self.root / "SKILL.md"        # the skill the run was started with, if any
         self.inbox = self.state / "steer"           # `eat steer` messages not yet recorded
+        # What no agent may read (its fence denies it): the log's key, the target's snapshot.
+        self.sealed = self.state / "sealed"
+        self.key = self.sealed / "key"              # the run's secret: history.jsonl's macs
+        self.target_copy = self.sealed / "target"   # the target folder as the run started
         self.seen = self.state / "steering.json"    # people's text as the loop last saw it
         self.worktrees = self.root / "worktrees"   # a git worktree per team whose agent edits files
         self.report = self.root / "report.html"    # `eat report`'s default output
@@ -127,12 +136,129 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     os.replace(tmp, path)
 
 
+# -- the log's lines ------------------------------------------------------------------------------
+# A line eat writes is the event's JSON with one more key at the end, its mac:
+# `{...,"mac":"<HMAC-SHA256(key, the JSON without it), 64 hex digits>"}`. The mac covers the
+# event's seq, so a line moved elsewhere shows (a replay, a gap), and each line is checked on its
+# own, so one deleted or changed line costs no other.
+MAC_KEY, MAC_HEX = b',"mac":"', 64
+MAC_TAIL = len(MAC_KEY) + MAC_HEX + 2  # the key, the digits, '"}'
+
+
+def _mac(key: bytes, body: bytes) -> bytes:
+    return hmac.digest(key, body, "sha256").hex().encode()
+
+
+def _with_mac(key: bytes, body: str) -> str:
+    return f'{body[:-1]}{MAC_KEY.decode()}{_mac(key, body.encode()).decode()}"}}'
+
+
+def _split_mac(raw: bytes) -> tuple[bytes, bytes | None]:
+    """A line's event JSON exactly as it was sealed, and its mac (None: the line has none)."""
+    if raw.endswith(b'"}') and raw[-MAC_TAIL:-MAC_HEX - 2] == MAC_KEY:
+        return raw[:-MAC_TAIL] + b"}", raw[-MAC_HEX - 2:-2]
+    return raw, None
+
+
+def read_key(paths: Paths) -> bytes | None:
+    """The run's secret the log's macs are keyed with; None when missing or unreadable (a log
+    older than keys has none)."""
+    try:
+        return bytes.fromhex(paths.key.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _new_key(paths: Paths) -> bytes:
+    """A fresh secret, in a file (and folder) only its owner can read."""
+    paths.sealed.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths.sealed.chmod(0o700)
+    key = secrets.token_bytes(32)
+    tmp = paths.key.with_name(f".{paths.key.name}.tmp")
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(key.hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, paths.key)
+    return key
+
+
+class LogReader:
+    """The log's rules, line after line (for `read_log`, and for `eat watch` as the log grows):
+    a line is taken when eat wrote it (its mac, where the workspace has a key) and its seq comes
+    after the last taken one; every other line is skipped and noted in `bad` as (line, why), as
+    is a line taken after missing ones."""
+
+    def __init__(self, key: bytes | None):
+        self.key = key
+        self.lines = 0       # complete lines read
+        self.seq = 0         # the last taken event's
+        self.macs = False    # a line with a mac was read: from there on, every line needs one
+        self.skipped = 0     # lines skipped since the last taken one
+        self.bad: list[tuple[int, str]] = []
+
+    def take(self, raw: bytes) -> Event | None:
+        """The event of the next complete line (given without its newline); None: skipped."""
+        self.lines += 1
+        event, why = self._check(raw)
+        if event is not None and event.seq <= self.seq:
+            event, why = None, f"a replay: seq {event.seq} after seq {self.seq}"
+        if event is None:
+            self.bad.append((self.lines, why))
+            self.skipped += 1
+            return None
+        missing = event.seq - self.seq - 1
+        if missing > self.skipped:  # more events gone than lines skipped: lines were deleted
+            self.bad.append((self.lines, f"seq {event.seq} after seq {self.seq}: {missing} "
+                                         "missing (lines deleted?); kept"))
+        self.seq, self.skipped = event.seq, 0
+        return event
+
+    def _check(self, raw: bytes) -> tuple[Event | None, str]:
+        body, mac = _split_mac(raw)
+        if mac is not None:
+            if self.key is None:
+                if not self.macs:
+                    self.bad.append((self.lines, "has a mac, but the workspace's key is missing "
+                                                 "or unreadable: no line can be checked; kept"))
+            elif not hmac.compare_digest(mac, _mac(self.key, body)):
+                return None, "wrong mac: changed, or not written by eat"
+            self.macs = True
+        try:
+            event = parse_event(body)
+        except ValueError:
+            return None, "not an event"
+        if mac is None and self.macs:
+            return None, "no mac: not written by eat"
+        return event, ""
+
+
+def tampered(bad: list[tuple[int, str]]) -> str | None:
+    """One line for people about a log's bad lines: the first, and how many more; None: none."""
+    if not bad:
+        return None
+    (line, why), more = bad[0], len(bad) - 1
+    return f"line {line}: {why}" + (f" (and {more} more)" if more else "")
+
+
+@dataclass
+class Log:
+    """history.jsonl as read: the events of the lines eat wrote, in order, and what was wrong."""
+
+    events: list[Event]
+    end: int                     # bytes up to the last complete line's end (a torn one follows)
+    bad: list[tuple[int, str]]   # LogReader.bad
+    macs: bool                   # LogReader.macs
+
+
 class Workspace:
     """One run's folder. Open it with `create` or `open`; write only while holding `lock()`."""
 
     def __init__(self, root: Path):
         self.paths = Paths(root)
         self.seq = 0
+        self.bad: list[tuple[int, str]] = []  # what the last load() found wrong with the log
+        self._key: bytes | None = None        # the log's key, for append (create, load)
         self._repo: git.Repo | None = None
         self._committer: _Committer | None = None
 
@@ -151,6 +277,7 @@ class Workspace:
         p.state.mkdir(exist_ok=True)
         p.teams.mkdir(exist_ok=True)
         write_atomic(p.config, dump_config(config))
+        ws._key = _new_key(p)  # before the log exists: whoever sees the log finds its key
         p.history.touch()
         write_atomic(root / ".gitignore", "\n".join(GIT_IGNORED) + "\n")
         repo = git.Repo.init(root)
@@ -217,53 +344,56 @@ class Workspace:
 
     # -- the event log ------------------------------------------------------------------------
 
-    def read_events(self) -> tuple[list[Event], int]:
-        """All events, and the byte length of the valid prefix (shorter if the tail is torn).
+    def read_log(self) -> Log:
+        """The log as it stands (read-only, safe while a run writes it): every line eat wrote,
+        the others named; a torn last line is left out."""
+        return self._read(read_key(self.paths))
 
-        Raises BadInput when a line other than the last is damaged or seqs are out of order.
-        """
+    def _read(self, key: bytes | None) -> Log:
         data = self.paths.history.read_bytes()
-        events: list[Event] = []
-        good = 0
-        lines = data.split(b"\n")
-        for i, raw in enumerate(lines):
-            last = i == len(lines) - 1 or (i == len(lines) - 2 and lines[-1] == b"")
-            if not raw.strip():
-                if not last:
-                    raise BadInput(f"{self.paths.history}: line {i + 1} is empty")
-                continue
-            try:
-                ev = parse_event(raw)
-                complete = i < len(lines) - 1  # a line counts only once its newline is written
-            except ValueError:
-                ev, complete = None, False
-            if ev is None or not complete:
-                if last:
-                    break  # torn by a crash mid-write: dropped
-                raise BadInput(f"{self.paths.history}: line {i + 1} is damaged; the workspace "
-                               "needs repair by hand")
-            if ev.seq != len(events) + 1:
-                raise BadInput(f"{self.paths.history}: line {i + 1} has seq {ev.seq}, "
-                               f"expected {len(events) + 1}")
-            events.append(ev)
-            good += len(raw) + 1
-        return events, good
+        end = data.rfind(b"\n") + 1  # a line counts once its newline is written
+        reader = LogReader(key)
+        events = [e for raw in data[:end].split(b"\n")[:-1]
+                  if (e := reader.take(raw)) is not None]
+        return Log(events=events, end=end, bad=reader.bad, macs=reader.macs)
+
+    def read_events(self) -> tuple[list[Event], int]:
+        """`read_log`'s events, and the bytes up to the end of its last complete line."""
+        log = self.read_log()
+        return log.events, log.end
 
     def load(self) -> list[Event]:
-        """Read the log for writing: drops a torn tail and sets the next seq."""
-        events, good = self.read_events()
-        if good < self.paths.history.stat().st_size:
+        """Read the log for writing: drops a torn tail (nothing else: a bad line is evidence),
+        notes the bad lines in `bad`, sets the next seq; a log older than keys gets one, and
+        every line from here on a mac. Raises BadInput when the log has macs but no key."""
+        key = read_key(self.paths)
+        log = self._read(key)
+        if log.end < self.paths.history.stat().st_size:
             with open(self.paths.history, "r+b") as f:
-                f.truncate(good)
+                f.truncate(log.end)
                 os.fsync(f.fileno())
-        self.seq = len(events)
-        return events
+        if key is None:
+            if log.macs:
+                raise BadInput(f"{self.paths.key}: missing or unreadable, so history.jsonl's "
+                               "macs cannot be checked; restore it")
+            key = _new_key(self.paths)
+        self._key, self.bad = key, log.bad
+        self.seq = log.events[-1].seq if log.events else 0
+        return log.events
+
+    def untold_tampering(self, events: list[Event]) -> LogTampered | None:
+        """The event telling of the bad lines the last load() found that no LogTampered in
+        `events` tells of yet; None: none."""
+        told = {n for e in events if isinstance(e, LogTampered) for n in e.lines}
+        new = [(n, why) for n, why in self.bad if n not in told]
+        return LogTampered(lines=[n for n, _ in new], first=new[0][1]) if new else None
 
     def append(self, event: Event) -> Event:
-        """Give the event the next seq and make it durable before returning it."""
+        """Give the event the next seq, write it with its mac, and make it durable before
+        returning it (after `create` or `load`: they hold the key)."""
         self.seq += 1
         event.seq = self.seq
-        line = event.model_dump_json() + "\n"
+        line = _with_mac(self._key, event.model_dump_json()) + "\n"
         with open(self.paths.history, "a") as f:
             f.write(line)
             f.flush()

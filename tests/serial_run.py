@@ -45,6 +45,7 @@ def normalized(events) -> list[dict]:
             # field added later from failing the comparison.
             d.pop("target_path")
             d.pop("config")
+            d.pop("target_digest", None)
         out.append(d)
     return out
 

@@ -117,11 +117,17 @@ def test_an_agent_that_submits_nothing_is_stopped_at_its_wall_clock_limit(quick_
 
 
 FAKE_CLI = '''#!{python}
-"""A stand-in for the {name} CLI: writes down how it was called, edits, submits, reports."""
+"""A stand-in for the {name} CLI: writes down how it was called (in its own folder, which its
+fence lets it write), tries a write its fence refuses, edits, submits, reports."""
 import json, os, subprocess, sys
 log = os.environ["FAKE_CLI_LOG"]
+try:
+    open(os.environ["FAKE_OUTSIDE"], "w").close()
+    outside = "written"
+except PermissionError:
+    outside = "refused"
 with open(log, "a") as f:
-    f.write(json.dumps({{"argv": sys.argv, "cwd": os.getcwd(),
+    f.write(json.dumps({{"argv": sys.argv, "cwd": os.getcwd(), "outside": outside,
                         "env": {{k: os.environ.get(k) for k in
                                 ("EAT_WORKSPACE", "EAT_TEAM", "EAT_TASK", "EAT_MAX_COST_USD")}},
                         "key": os.environ.get("ANTHROPIC_API_KEY") == {secret!r}}}) + "\\n")
@@ -154,7 +160,10 @@ def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_p
     script(bindir, name, FAKE_CLI.format(python=sys.executable, name=name, fast=FAST,
                                          secret=SECRET, report=report))
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_CLI_LOG", str(tmp_path / "calls.jsonl"))
+    home = tmp_path / f"{name}-home"  # the CLI's own folder, as its preset declares it
+    monkeypatch.setenv({"claude": "CLAUDE_CONFIG_DIR", "codex": "CODEX_HOME"}[name], str(home))
+    monkeypatch.setenv("FAKE_CLI_LOG", str(home / "calls.jsonl"))
+    monkeypatch.setenv("FAKE_OUTSIDE", str(tmp_path / "outside"))
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     ws = tmp_path / "ws"
     runtime = {"claude": "claude-code", "codex": "codex"}[name]
@@ -162,10 +171,11 @@ def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_p
         lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0), agent=runtime, model=model,
         teams=["coordinate"], max_evals=1, agent_steps=7, workers=1, max_cost_usd=0.5)
     assert stop.code == "max_evals"
-    (call,) = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    (call,) = [json.loads(line) for line in (home / "calls.jsonl").read_text().splitlines()]
     argv = call["argv"][1:]
     wt = ws / "worktrees" / "coordinate-1"
     assert call["cwd"] == str(wt) and call["key"]
+    assert call["outside"] == "refused" and not (tmp_path / "outside").exists()
     assert call["env"] == {"EAT_WORKSPACE": str(ws), "EAT_TEAM": "coordinate-1",
                            "EAT_TASK": str(wt / "TASK.md"), "EAT_MAX_COST_USD": "0.5000"}
     prompt = argv[argv.index("-p") + 1] if name == "claude" else argv[-1]
@@ -189,13 +199,53 @@ def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_p
     secret_nowhere(ws)
 
 
+FAKE_AIDER = '''#!{python}
+"""A stand-in for aider: edits the file it was given, keeps its cache in ~/.aider (its fence
+lets it), tries a write the fence refuses, reports its tokens, and does not submit."""
+import json, os, sys
+home = os.path.expanduser("~/.aider")
+try:
+    open(os.environ["FAKE_OUTSIDE"], "w").close()
+    outside = "written"
+except PermissionError:
+    outside = "refused"
+with open(os.path.join(home, "calls.jsonl"), "a") as f:
+    f.write(json.dumps({{"argv": sys.argv, "outside": outside}}) + "\\n")
+base = open("baseline.c").read()
+open("candidate.c", "w").write({fast!r} + base)
+print("Tokens: 2.1k sent, 310 received. Cost: $0.01 message, $0.01 session.")
+'''
+
+
+def test_fake_aider_edits_in_its_fence_and_eat_submits_its_file(quick_matmul, tmp_path,
+                                                                monkeypatch):
+    bindir, home = tmp_path / "bin", tmp_path / "home"
+    bindir.mkdir()
+    script(bindir, "aider", FAKE_AIDER.format(python=sys.executable, fast=FAST))
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HOME", str(home))  # ~/.aider, as the preset declares it, made by eat
+    monkeypatch.setenv("FAKE_OUTSIDE", str(tmp_path / "outside"))
+    ws = tmp_path / "ws"
+    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(
+        lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0), agent="aider",
+        model="openai/gpt-5", teams=["coordinate"], max_evals=1, workers=1)
+    assert stop.code == "max_evals"
+    (call,) = [json.loads(x) for x in (home / ".aider" / "calls.jsonl").read_text().splitlines()]
+    assert call["outside"] == "refused" and not (tmp_path / "outside").exists()
+    assert call["argv"][-2:] == ["--model", "gpt-5"] and "candidate.c" in call["argv"]
+    st = run_status(ws)
+    assert st["best_speedup"] == 3.0 and st["tokens"]["prompt"] == 2100
+    (c,) = events(ws, "candidate_evaluated")
+    assert c.idea == "aider's edit at the end of its turn"
+
+
 def _pids(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
 @pytest.mark.slow
 def test_kill_9_of_eat_leaves_no_agent_process(quick_matmul, tmp_path):
-    pids = tmp_path / "pids"
+    pids = tmp_path / "ws" / "worktrees" / "coordinate-1" / "pids"  # where the agent may write
     # A shell, a background child and a daemon that leaves the process group (setsid).
     agent = script(tmp_path, "agent.sh", f"""sleep 300 & echo $! >> {pids}
 setsid sleep 301 & echo $! >> {pids}
@@ -226,16 +276,17 @@ def test_stop_ends_a_working_agent_within_5_s(quick_matmul, tmp_path):
     from eat.agents.external import CommandAgent
     from eat.supervisor import stop_agent
 
-    pids = tmp_path / "pids"
+    pids = tmp_path / "ws" / "worktrees" / "coordinate-1" / "pids"  # where the agent may write
     agent_sh = script(tmp_path, "agent.sh", f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; "
                       "sleep 300\n")
     ws = tmp_path / "ws"
-    made = {}
+    made, threads = {}, []
 
     def make_agent(team, ctx):
         made[team.id] = CommandAgent("command", ctx, command=f"sh {agent_sh}")
         ctx.agents[team.id] = made[team.id]
-        threading.Thread(target=retire_soon, args=(ctx, team.id), daemon=True).start()
+        threads.append(threading.Thread(target=retire_soon, args=(ctx, team.id), daemon=True))
+        threads[-1].start()
         return made[team.id]
 
     took = []
@@ -253,6 +304,8 @@ def test_stop_ends_a_working_agent_within_5_s(quick_matmul, tmp_path):
                         agent_command="true", teams=["coordinate"], max_evals=2, no_progress=1,
                         workers=1, make_agent=make_agent)
     assert stop.code == "no_progress"
+    for t in threads:
+        t.join(10)  # the run may end before the retiring thread has seen the agent gone
     assert took and took[0] < 5
     (failed,) = events(ws, "attempt_failed")
     assert "retired" in failed.reason
@@ -338,3 +391,46 @@ def test_a_turn_may_spend_what_is_left_of_max_cost_shared_by_the_workers():
     assert turn_budget(make_config(target="t", max_cost_usd=1.0, workers=3), state) == 0.25
     state.usage.cost_usd = 1.0  # spent: the CLIs read 0 as "no limit", so never 0
     assert 0 < turn_budget(make_config(target="t", max_cost_usd=1.0, workers=1), state) <= 1e-4
+
+
+def test_a_run_whose_agents_go_unfenced_says_so_before_it_starts(quick_matmul, tmp_path):
+    from eat.agents.fence import warning
+    from eat.config import make_config
+    from eat.runners.sandbox import landlock_abi
+    settings = tmp_path / "eat.toml"
+    settings.write_text("[agents]\nconfine = false\n")
+    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w",
+                           str(tmp_path / "ws"), "--agent-command", "true", "--max-evals", "1",
+                           "--config", str(settings)], capture_output=True, text=True,
+                          timeout=300)
+    assert "warning: agents are not fenced: nothing: [agents] confine = false" in done.stderr
+    log = (tmp_path / "ws" / "teams" / "coordinate-1" / "agent.log").read_text()
+    assert "(not fenced: nothing: [agents] confine = false" in log
+    fenced = warning(make_config(target="t", agent="command", agent_command="true"))
+    assert (fenced is None) == (landlock_abi() >= 1)  # without Landlock it says that instead
+    assert warning(make_config(target="t", agents={"confine": False})) is None  # offline
+
+
+def test_a_fence_lets_declared_folders_be_written_but_never_one_holding_the_run(tmp_path,
+                                                                                monkeypatch):
+    from types import SimpleNamespace
+
+    from eat.agents.fence import fence_for
+    from eat.config import make_config
+    from eat.runners.sandbox import landlock_abi
+    from eat.workspace import Paths
+    if landlock_abi() < 1:
+        pytest.skip("needs Landlock (Linux 5.13+)")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "target" / "private").mkdir(parents=True)
+    config = make_config(target=str(tmp_path / "target"),
+                         agents={"writes": ["~", "~/.cache/tool/", "~/absent-file"]})
+    ctx = SimpleNamespace(config=config, ws=SimpleNamespace(paths=Paths(tmp_path / "ws")))
+    fence = fence_for(ctx, "t-1", tmp_path / "tmp", ("~/.claude/",))
+    assert fence.writable == [str(tmp_path / p) for p in (
+        "ws/worktrees/t-1", "tmp")] + ["/dev", str(tmp_path / ".claude"),
+                                       str(tmp_path / ".cache/tool")]
+    assert fence.unreadable == [str(tmp_path / "ws/.eat/sealed"),
+                                str(tmp_path / "target/private")]
+    assert fence_for(SimpleNamespace(config=make_config(target="t", agents={"confine": False}),
+                                     ws=ctx.ws), "t-1", tmp_path) is None

@@ -106,6 +106,23 @@ for family, kind in [("inet", socket.AF_INET), ("inet6", socket.AF_INET6),
     assert "io_uring -1 1" in done.stdout  # it would run opens and sockets unfiltered
 
 
+_ATTEMPT = '''
+def attempt(what, call):
+    try:
+        call(); print(what, "done")
+    except OSError as e:
+        print(what, "refused", e.errno)
+'''
+
+
+def _attempts(code: str, cwd: Path) -> dict[str, str]:
+    """Run `code` (which may call attempt(what, call)) in a child: what each line said."""
+    repo = Path(eat.__file__).resolve().parent.parent
+    done = _py(_ATTEMPT + code, cwd, env_extra={"PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
 @pytest.mark.skipif(sandbox.landlock_abi() < 4,
                     reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule")
 def test_confine_writes_keeps_writes_in_the_folder_and_refuses_tcp(tmp_path):
@@ -120,11 +137,6 @@ def test_confine_writes_keeps_writes_in_the_folder_and_refuses_tcp(tmp_path):
 import os, socket
 from eat.runners.sandbox import confine_writes
 print("confined", confine_writes([".", "/dev"]))
-def attempt(what, call):
-    try:
-        call(); print(what, "done")
-    except OSError as e:
-        print(what, "refused", e.errno)
 attempt("own", lambda: open("scratch", "w").write("x"))
 attempt("devnull", lambda: open("/dev/null", "w").write("x"))
 attempt("victim", lambda: open("../victim", "w"))
@@ -134,18 +146,54 @@ attempt("remove-outside", lambda: os.remove("../victim"))
 attempt("read-outside", lambda: open("../victim").read())
 attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {server.getsockname()[1]}), 5))
 """
-    repo = Path(eat.__file__).resolve().parent.parent
-    done = _py(code, own, env_extra={"PYTHONPATH": str(repo)})
+    said = _attempts(code, own)
     server.close()
-    assert done.returncode == 0, done.stderr
-    said = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     assert said["confined"] == "None"
     assert said["own"] == said["devnull"] == said["read-outside"] == "done"
     for what in ("victim", "new-outside", "rename-out", "remove-outside", "tcp"):
-        assert said[what] == "refused 13", (what, done.stdout)
+        assert said[what] == "refused 13", (what, said)
     assert (tmp_path / "victim").read_text() == "kept"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["own", "victim"]
     assert "write only in their own folder and open no TCP" in sandbox.containment()  # doctor
+
+
+@pytest.mark.skipif(sandbox.landlock_abi() < 4,
+                    reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule")
+def test_an_agents_fence_hides_what_it_must_not_read_and_leaves_the_network_open(tmp_path):
+    """`confine(writable, unreadable, network=True)`, an agent's fence: files beneath the
+    unreadable folders cannot be read, by path or through a symbolic link, though their names
+    can be listed; everything else reads as before, also through links (Python imports, a
+    shell); writes stay in the writable folder; TCP connects."""
+    import socket
+    server = socket.create_server(("127.0.0.1", 0))
+    sealed, own = tmp_path / "ws" / ".eat" / "sealed", tmp_path / "ws" / "worktree"
+    sealed.mkdir(parents=True)
+    own.mkdir()
+    (sealed / "key").write_text("secret")
+    (tmp_path / "ws" / "LEARNING.md").write_text("shared")
+    (own / "link").symlink_to(sealed)
+    (own / "notes").symlink_to(tmp_path / "ws" / "LEARNING.md")
+    code = f"""
+import os, socket, subprocess
+from eat.runners.sandbox import confine
+print("confined", confine(["."], [{str(sealed)!r}], network=True))
+attempt("key", lambda: open({str(sealed / "key")!r}).read())
+attempt("key-by-link", lambda: open("link/key").read())
+attempt("list-sealed", lambda: os.listdir({str(sealed)!r}))
+attempt("shared", lambda: open("notes").read())
+attempt("own", lambda: open("scratch", "w").write("x"))
+attempt("write-shared", lambda: open("notes", "a"))
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {server.getsockname()[1]}), 5))
+shell = subprocess.run(["sh", "-c", "cat link/key; python3 -c 'import json; print(2)'"],
+                       capture_output=True, text=True)
+print("shell", shell.stdout.strip(), "Permission denied" in shell.stderr)
+"""
+    said = _attempts(code, own)
+    server.close()
+    assert said["confined"] == "None"
+    assert said["key"] == said["key-by-link"] == said["write-shared"] == "refused 13"
+    assert said["list-sealed"] == said["shared"] == said["own"] == said["tcp"] == "done"
+    assert said["shell"] == "2 True"
 
 
 def test_contained_processes_die_with_the_process_that_started_them(tmp_path):

@@ -1,15 +1,19 @@
-"""`python -m eat.agents.contain CMD...`: run an agent's command so that none of it outlives eat.
+"""`python -m eat.agents.contain [--fence JSON] CMD...`: run an agent's command so that none of
+it outlives eat, and, with a fence (eat.agents.fence.Fence), none of it writes or reads past it.
 
 eat starts this in a new session (so it leads its process group) with SIGTERM as its
 parent-death signal. It makes itself a child subreaper (orphans of the agent come back to it,
 even those that left the group with setsid), starts CMD, and when CMD exits, or eat asks
 (SIGTERM), or eat dies (the same SIGTERM, from the kernel), it kills every process below it and
-in its group, then exits with CMD's status.
+in its group, then exits with CMD's status. The fence takes hold in this process before CMD
+starts, so CMD and all it starts inherit it; a fence that cannot take hold ends it with 126
+before CMD runs (an agent eat meant to fence never runs unfenced).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -54,6 +58,15 @@ def end_all() -> None:
 
 def main(argv: list[str]) -> int:
     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if argv[:1] == ["--fence"]:
+        from eat.runners.sandbox import confine
+        fence = json.loads(argv[1])
+        argv = argv[2:]
+        why = confine(fence["writable"], fence["unreadable"], network=True)
+        if why:
+            print(f"eat: the agent's fence did not take hold, so it is not run: {why}",
+                  file=sys.stderr)
+            return 126
 
     def stop(*_) -> None:
         end_all()

@@ -27,10 +27,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from pydantic import BaseModel
 
+from eat.agents.fence import fence_for, holds
 from eat.errors import BadInput
 from eat.events import LLMCalled
 from eat.executors.local import default_workers
@@ -79,6 +81,11 @@ class Preset:
     needs: str                       # what to install, for people
     program: str | None = None       # the executable that must be on PATH
     submit_on_exit: bool = False     # submits the edited file itself when the agent cannot
+    # What its CLI writes besides the worktree (its fence lets it): `~` is the user's home, an
+    # entry ending in '/' a folder made if missing; and the variables that name the CLI's own
+    # folder, with their default (the user's value wins; that folder is writable either way).
+    writes: tuple[str, ...] = ()
+    homes: tuple[tuple[str, str], ...] = ()
 
 
 # -- reading usage back --------------------------------------------------------------------------
@@ -190,12 +197,17 @@ def _mini(job: Job) -> list[str]:
 PRESETS = {p.name: p for p in [
     Preset("command", _command, eat_usage, "nothing: any executable, given with "
            "--agent-command"),
+    # Claude Code keeps ~/.claude.json beside ~/.claude, rewritten through temporary files in
+    # the home folder; with CLAUDE_CONFIG_DIR it keeps everything in that one folder.
     Preset("claude-code", _claude, claude_usage, "npm install -g @anthropic-ai/claude-code, "
-           "and ANTHROPIC_API_KEY", program="claude"),
+           "and ANTHROPIC_API_KEY", program="claude",
+           homes=(("CLAUDE_CONFIG_DIR", "~/.claude"),)),
     Preset("codex", _codex, codex_usage, "npm install -g @openai/codex, and OPENAI_API_KEY",
-           program="codex"),
+           program="codex", homes=(("CODEX_HOME", "~/.codex"),)),
+    # aider keeps its history files in the repository (the worktree) and caches in ~/.aider.
     Preset("aider", _aider, aider_usage, "pip install aider-chat, and the model's key",
-           program="aider", submit_on_exit=True),
+           program="aider", submit_on_exit=True, writes=("~/.aider/",)),
+    # Its driver keeps mini-swe-agent's config folder in the worktree (eat.agents.mini).
     Preset("mini-swe-agent", _mini, eat_usage, "pip install 'eat[mini]' (mini-swe-agent) and "
            "--model"),
 ]}
@@ -279,20 +291,30 @@ class CommandAgent:  # a base.Worker
                   api_base=ctx.config.api_base, steps=ctx.config.agent_steps,
                   command=self.command, budget_usd=turn_budget(ctx.config, state))
         bindir = os.path.dirname(sys.executable)   # where this eat's `eat` is installed
+        # The turn's own temporary folder: the one outside its worktree that it may write.
+        tmp = Path(tempfile.mkdtemp(prefix=f"eat-agent-{team.id}-"))
         env = os.environ | {"EAT_WORKSPACE": str(paths.root), "EAT_TEAM": team.id,
                             "EAT_TASK": str(task), "PYTHONPATH": eat_pythonpath(),
                             "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-                            "EAT_AGENT_STEPS": str(ctx.config.agent_steps)}
+                            "EAT_AGENT_STEPS": str(ctx.config.agent_steps),
+                            "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)}
+        homes = {k: os.environ.get(k) or os.path.expanduser(v) for k, v in self.preset.homes}
+        env |= homes
         if job.budget_usd is not None:  # for --agent-command scripts; presets pass it as a flag
             env["EAT_MAX_COST_USD"] = f"{job.budget_usd:.4f}"
+        fence = fence_for(ctx, team.id, tmp,
+                          self.preset.writes + tuple(f"{h}/" for h in homes.values()))
+        fenced = ["--fence", json.dumps(fence.to_json())] if fence else []
         with self._lock:
             self._stopped = None
         with tempfile.TemporaryFile() as out:
             with self._lock:
                 if self._stopped:
+                    shutil.rmtree(tmp, ignore_errors=True)
                     return self._stopped
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "eat.agents.contain", *self.preset.argv(job)],
+                    [sys.executable, "-m", "eat.agents.contain", *fenced,
+                     *self.preset.argv(job)],
                     cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=out,
                     stderr=subprocess.STDOUT, start_new_session=True,
                     preexec_fn=_contained())
@@ -314,10 +336,13 @@ class CommandAgent:  # a base.Worker
                 _end(proc)
                 with self._lock:
                     self._proc = None
+                shutil.rmtree(tmp, ignore_errors=True)
             out.seek(0)
             text = out.read().decode("utf-8", "replace")
-        why = why or f"the agent exited with code {proc.returncode}"
-        self._report(team, text, why)
+        # A stop that ended the agent between two polls still says why it ended.
+        why = why or self._stopped or f"the agent exited with code {proc.returncode}"
+        self._report(team, text, why if fence else
+                     f"{why} (not fenced: {holds(ctx.config.agents.confine)})")
         source = paths.work_source(team.id, ctx.target.language).read_text()
         if self.preset.submit_on_exit and desk.last is None and source != start_text \
                 and not self._stopped:

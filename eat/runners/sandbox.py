@@ -18,6 +18,7 @@ import platform
 import re
 import resource
 import signal
+import stat
 import struct
 import subprocess
 import tempfile
@@ -248,6 +249,8 @@ _LL_VERSION, _LL_PATH_BENEATH = 1, 1
 # Reading and executing stay unrestricted: runtimes and libraries load from everywhere.
 _LL_FS = {1: 0b1_1111_1111_0010, 2: 1 << 13, 3: 1 << 14}
 _LL_TCP = 0b11  # bind and connect (ABI 4)
+# What a rule on a single file may grant: execute, write, read (ABI 1), truncate (3).
+_LL_FILE_RIGHTS = 0b111 | 1 << 14
 
 
 _LIBC.syscall.restype = ctypes.c_long
@@ -278,20 +281,75 @@ def containment() -> str:
 def confine_writes(folders: list[str]) -> str | None:
     """Let this process change files only beneath `folders` and open no TCP connection, from
     now on and for good; returns why it could not, or None."""
+    return confine(folders)
+
+
+# Reading a file and listing a folder (ABI 1): handled only where some paths are unreadable.
+_LL_READ_FILE, _LL_READ_DIR = 1 << 2, 1 << 3
+
+
+def readable_around(unreadable: list[str]) -> tuple[list[str], list[str]]:
+    """Landlock grants by allow-list, so "everything but these" is spelled as rules: (paths
+    whose whole tree is readable, the folders above the unreadable ones, which may only be
+    listed). Symbolic links are left out: a rule follows its link, and one pointing above an
+    unreadable path would grant it; the real path it names has a rule of its own."""
+    denied = {os.path.realpath(p) for p in unreadable}
+    above = set()
+    for path in denied:
+        while path != "/":
+            path = os.path.dirname(path)
+            above.add(path)
+    trees: list[str] = []
+
+    def walk(folder: str) -> None:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return  # gone or unlistable: nothing of it becomes readable
+        for name in names:
+            path = os.path.join(folder, name)
+            if path in denied or os.path.islink(path):
+                continue
+            if path in above:
+                walk(path)
+            else:
+                trees.append(path)
+
+    if denied:
+        walk("/")
+    return trees, sorted(above)
+
+
+def confine(writable: list[str], unreadable: list[str] = (), network: bool = False) -> str | None:
+    """From now on and for good, let this process (and what it starts) change files only
+    beneath `writable`, read none beneath `unreadable` (their names stay listable), and, unless
+    `network`, open no TCP connection; returns why it could not, or None."""
     abi = landlock_abi()
     if abi < 1:
-        return "Landlock is not available: the candidate can write wherever this user can"
+        return "Landlock is not available: the process can write wherever this user can"
     fs = sum(bits for v, bits in _LL_FS.items() if v <= abi)
-    attr = struct.pack("=QQ", fs, _LL_TCP) if abi >= 4 else struct.pack("=Q", fs)
+    read = _LL_READ_FILE | _LL_READ_DIR if unreadable else 0
+    tcp = 0 if network or abi < 4 else _LL_TCP
+    attr = struct.pack("=QQ", fs | read, tcp) if abi >= 4 else struct.pack("=Q", fs | read)
     ruleset = _syscall(_LL_CREATE, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)),
                        ctypes.c_uint32(0))
     if ruleset < 0:
         return f"Landlock refused the ruleset: errno {ctypes.get_errno()}"
+    trees, above = readable_around(list(unreadable))
+    rules = [(f, fs) for f in writable] + [(t, read) for t in trees] + \
+        [(a, _LL_READ_DIR) for a in above]
     try:
-        for folder in folders:
-            fd = os.open(folder, os.O_PATH | os.O_CLOEXEC)
+        for folder, rights in rules:
             try:
-                rule = struct.pack("=Qi", fs, fd)  # landlock_path_beneath_attr is packed
+                fd = os.open(folder, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                if rights == fs:
+                    return f"Landlock: cannot open {folder} to let it be written"
+                continue  # removed since it was listed
+            try:
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    rights &= _LL_FILE_RIGHTS  # a rule on a file takes only a file's rights
+                rule = struct.pack("=Qi", rights, fd)  # landlock_path_beneath_attr is packed
                 if _syscall(_LL_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_LL_PATH_BENEATH),
                             ctypes.c_char_p(rule), ctypes.c_uint32(0)) != 0:
                     return f"Landlock refused {folder}: errno {ctypes.get_errno()}"
