@@ -21,7 +21,7 @@ from eat.events import (Event, LLMCalled, RunResumed, RunStarted, RunStopped, Ta
                         TeamSpawned)
 from eat.llm import LLMClient, LLMSettings, check_model
 from eat.runners.base import Evaluation, Runner, runner_for
-from eat.seal import (Guarded, Seal, differences, digest, files_of, recorded_digest,
+from eat.seal import (Guarded, Seal, differences, digest, files_of, hidden, recorded_digest,
                       snapshot)
 from eat.skill import Skill, load as load_skill, record as skill_record
 from eat.state import RunState
@@ -155,7 +155,7 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
             if skill:
                 write_atomic(ws.paths.skill, skill.text)
             sealed = snapshot(target.root, ws.paths.target_copy, (ws.paths.root,))
-            ctx = _context(ws, config, load_target(ws.paths.target_copy), presets, make_agent,
+            ctx = _context(ws, config, _judged(ws, config), presets, make_agent,
                            runner, ws.load(), eval_config=eval_config, on_event=on_event,
                            sleep=sleep, sealed=sealed)
             _begin(ctx, skill_record(skill, given) if skill else None)
@@ -163,6 +163,13 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
     finally:
         if owned:  # a runner the caller gave is the caller's to end
             _close(runner)
+
+
+def _judged(ws: Workspace, config: RunConfig) -> Target:
+    """The Target the run judges with: its sealed snapshot, which candidates may not read."""
+    target = load_target(ws.paths.target_copy)
+    target.unreadable = hidden(ws.paths.sealed, Path(config.target))
+    return target
 
 
 def _context(ws: Workspace, config: RunConfig, target: Target, presets: dict, make_agent,
@@ -229,7 +236,7 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
                                  accept_target_change)
         owned, runner = runner is None, _runner_for(target, runner, config)
         try:
-            ctx = _context(ws, config, load_target(ws.paths.target_copy), presets, make_agent,
+            ctx = _context(ws, config, _judged(ws, config), presets, make_agent,
                            runner, events, eval_config=eval_config, on_event=on_event,
                            sleep=sleep, sealed=sealed)
             if change:

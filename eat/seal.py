@@ -71,6 +71,13 @@ def digest(files: dict[str, str]) -> str:
                           .encode()).hexdigest()[:32]
 
 
+def hidden(sealed: Path, original: Path) -> list[str]:
+    """What no agent nor candidate may read: the workspace's sealed folder (`sealed`: the log's
+    key, the snapshot) and the target folder's own private/, where it has one."""
+    private = Path(original) / "private"
+    return [str(sealed)] + ([str(private)] if private.is_dir() else [])
+
+
 def recorded_digest(events) -> str | None:
     """The digest the log holds the target to: run_started's, or the last target_changed's
     that was accepted; None in a log older than seals."""
@@ -122,12 +129,12 @@ class Seal:
         """The files that differ from the run's start ([]: none); reads contents only when a
         file's size, times or inode moved since the last check that found it whole."""
         for folder, label in ((self.copy, "(the run's copy) "), (self.original, "")):
-            stats = _stats(folder, self.leave_out)
-            if stats and self._seen.get(folder) == stats:
+            marks = stats(folder, self.leave_out)
+            if marks and self._seen.get(folder) == marks:
                 continue
             files = _files(folder, self.leave_out)
             if files and digest(files) == self.expected:
-                self._seen[folder] = stats
+                self._seen[folder] = marks
                 continue
             return [label + f for f in differences(self.files, files)] or \
                 [f"{label}(all of {folder})"]
@@ -142,7 +149,7 @@ def _files(folder: Path, leave_out: tuple[Path, ...] = ()) -> dict[str, str]:
         return {}
 
 
-def _stats(folder: Path, leave_out: tuple[Path, ...]) -> tuple:
+def stats(folder: Path, leave_out: tuple[Path, ...] = ()) -> tuple:
     """Every file's path, size, mtime, ctime and inode: what any write moves."""
     out = []
     for parent, names in _walk(folder, leave_out):

@@ -260,6 +260,9 @@ class Target(_Strict):
     knobs: dict[str, Knob] = {}
     evaluation: EvalConfig = EvalConfig()
     root: Path = Field(Path("."), exclude=True)
+    unreadable: list[str] = Field([], exclude=True, description="Folders no candidate may "
+                                  "read: a run's sealed folder and the target's private/ "
+                                  "(set by the run, not by target.toml).")
 
     @property
     def native(self) -> bool:

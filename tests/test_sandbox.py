@@ -125,7 +125,7 @@ def _attempts(code: str, cwd: Path) -> dict[str, str]:
 
 @pytest.mark.skipif(sandbox.landlock_abi() < 4,
                     reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule")
-def test_confine_writes_keeps_writes_in_the_folder_and_refuses_tcp(tmp_path):
+def test_confine_keeps_writes_in_the_folder_and_refuses_tcp(tmp_path):
     """Files change only beneath the given folders (a rename out of one is refused too), the rest
     of the filesystem stays readable, and no TCP connection opens, even to this machine."""
     import socket
@@ -135,8 +135,8 @@ def test_confine_writes_keeps_writes_in_the_folder_and_refuses_tcp(tmp_path):
     (tmp_path / "victim").write_text("kept")
     code = f"""
 import os, socket
-from eat.runners.sandbox import confine_writes
-print("confined", confine_writes([".", "/dev"]))
+from eat.runners.sandbox import confine
+print("confined", confine([".", "/dev"]))
 attempt("own", lambda: open("scratch", "w").write("x"))
 attempt("devnull", lambda: open("/dev/null", "w").write("x"))
 attempt("victim", lambda: open("../victim", "w"))

@@ -24,6 +24,7 @@ class EditsTheTarget(FakeRunner):
 
     def evaluate(self, target, source, **kwargs):
         self.roots.append(target.root)
+        self.hidden = target.unreadable
         if self.calls + 1 == self.at:
             with open(self.folder / "reference.py", "a") as f:
                 f.write("\n# changed mid-run\n")
@@ -42,6 +43,7 @@ def test_a_target_changed_mid_run_stops_the_run_and_resume_refuses_it(quick_matm
     # that ran while it changed was kept (it judged the snapshot), the next one was refused.
     sealed = ws / ".eat" / "sealed" / "target"
     assert set(runner.roots) == {sealed} and runner.calls == 2
+    assert runner.hidden == [str(sealed.parent)]  # no candidate reads the sealed folder
     assert "changed mid-run" not in (sealed / "reference.py").read_text()
     st = run_status(ws)
     assert st["stopped"] == "target_changed" and st["evaluations"] == 2
@@ -92,3 +94,47 @@ def test_a_workspace_inside_its_target_folder_is_no_part_of_the_target(quick_mat
                         workers=1)
     assert stop.code == "max_evals" and not events(ws, "target_changed")
     assert not list((ws / ".eat" / "sealed" / "target").rglob("history.jsonl"))
+
+
+LEAKY = r"""
+#include <stdio.h>
+/* Before any call: print what the run keeps from agents, for the reply's log to carry. */
+__attribute__((constructor)) static void leak(void)
+{
+    const char *paths[] = {PATHS};
+    for (int i = 0; i < (int)(sizeof paths / sizeof *paths); i++) {
+        char got[64] = "";
+        FILE *f = fopen(paths[i], "r");
+        if (f) { fgets(got, sizeof got, f); fclose(f); }
+        fprintf(stderr, "leak %d: [%s]\n", i, f ? got : "refused");
+    }
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_candidate_cannot_read_the_sealed_folder_or_private_data(quick_matmul, tmp_path):
+    """The harness sees private/ (the reference reads it); the candidate loaded after it, in
+    the same process, cannot read it, nor the log's key: it could otherwise print them into
+    the log its agent gets back. Without the rule (unreadable = []) it can: the test can fail."""
+    from eat.runners.base import runner_for
+    from eat.target import load_target
+    (quick_matmul / "private").mkdir()
+    (quick_matmul / "private" / "held.txt").write_text("held-out-77")
+    ws = tmp_path / "ws"
+    start_run(quick_matmul, ws, runner=FakeRunner(lambda k: 2.0), max_evals=1)
+    sealed = ws / ".eat" / "sealed"
+    paths = [sealed / "key", sealed / "target" / "private" / "held.txt",
+             quick_matmul / "private" / "held.txt"]
+    source = LEAKY.replace("PATHS", ", ".join(f'"{p}"' for p in paths)) + \
+        (quick_matmul / "baseline.c").read_text()
+    target = load_target(sealed / "target")
+    cfg = target.evaluation.model_copy(update={"timed": False})
+    runner = runner_for(target)
+    target.unreadable = [str(sealed), str(quick_matmul / "private")]  # as the run sets it
+    fenced = runner.evaluate(target, source, config=cfg)
+    assert fenced.status == "ok"
+    assert [f"leak {i}: [refused]" in fenced.stderr for i in range(3)] == [True] * 3
+    target.unreadable = []
+    open_ = runner.evaluate(target, source + "\n", config=cfg)
+    assert "held-out-77" in open_.stderr and "leak 0: [refused]" not in open_.stderr

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from eat.config import EXTERNAL
 from eat.runners.sandbox import landlock_abi
+from eat.seal import hidden
 
 
 @dataclass
@@ -44,9 +45,8 @@ def fence_for(ctx, team: str, tmp: Path, declared: tuple[str, ...] = ()) -> Fenc
         # A folder holding the workspace or the target would open them all: left out.
         if path.exists() and not any(k.is_relative_to(path.resolve()) for k in kept):
             writable.append(path)
-    private = Path(ctx.config.target) / "private"
-    unreadable = [paths.sealed] + ([private] if private.exists() else [])
-    return Fence(writable=[str(p) for p in writable], unreadable=[str(p) for p in unreadable])
+    return Fence(writable=[str(p) for p in writable],
+                 unreadable=hidden(paths.sealed, Path(ctx.config.target)))
 
 
 def holds(confine: bool = True) -> str:

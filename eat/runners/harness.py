@@ -24,7 +24,7 @@ import numpy as np
 
 from eat.runners.cabi import C_TYPES
 from eat.runners.inputs import SetChanged, SetFiles, load_py, set_index
-from eat.runners.sandbox import confine_writes, lock_down
+from eat.runners.sandbox import confine, lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
 _DTYPES = {name: np.dtype(dtype) for name, dtype in C_TYPES.items()}
@@ -330,7 +330,8 @@ def serve(setup, check) -> None:
     phase = "setup"
     try:
         state = setup(job)
-        if job.get("confine_writes", True) and (why := confine_writes([os.getcwd(), "/dev"])):
+        if job.get("confine_writes", True) and (why := confine([os.getcwd(), "/dev"],
+                                                               job.get("unreadable", []))):
             print(f"eat harness: {why}", file=sys.stderr)
         if job.get("lock_down", True):
             why = lock_down()

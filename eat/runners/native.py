@@ -28,7 +28,7 @@ from pathlib import Path
 from eat.cache import (anchors_dir, builds_dir, device_lock, intact_build, keep_build,
                        maybe_prune, used)
 from eat.runners import inputs, sandbox
-from eat.runners.sets import again_if_sets_changed, input_sets
+from eat.runners.sets import again_if_sets_changed, input_sets, source_key
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, HarnessError, Peaks, eat_pythonpath,
                               read_result, source_hash, summarize)
 from eat.target import EvalConfig, Target, eval_expr
@@ -300,7 +300,7 @@ class NativeRunner(ABC):
                              "function": ref.function, "inputs": ref.inputs},
                "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
                "candidate_lib": str(lib), "lock_down": self.lock_down,
-               "confine_writes": cfg.confine_writes}
+               "confine_writes": cfg.confine_writes, "unreadable": target.unreadable}
         return job | {"sets": self._input_sets(target, job)} | self.job_extra("verify") \
             | self.support_libs(target, cfg)
 
@@ -308,7 +308,8 @@ class NativeRunner(ABC):
         """Where this target's input sets are and their fingerprints; made by a child on first
         use."""
         decides = {k: job[k] for k in ("args", "workloads", "reference")}
-        return input_sets(target.name, [Path(job["reference"]["file"]).read_text(), decides],
+        return input_sets(target.name, [*source_key(job["reference"], target.root),
+                                        {k: job[k] for k in ("args", "workloads")}],
                           decides | {"config": job["config"]},
                           [sys.executable, "-m", "eat.runners.inputs"])
 

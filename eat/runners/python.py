@@ -28,7 +28,7 @@ from eat.runners import sandbox
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, Peaks, eat_pythonpath, read_result,
                               source_hash, summarize)
 from eat.runners.cpu import cpu_model
-from eat.runners.sets import again_if_sets_changed, input_sets
+from eat.runners.sets import again_if_sets_changed, input_sets, source_key
 from eat.target import EvalConfig, Target
 
 # What each (runner, framework) needs, checked in a child so this process never imports torch.
@@ -140,7 +140,7 @@ class PythonRunner:
                "cpu": self.cpu if self.device_kind == "cpu" else None,
                # Triton compiles with child processes (ptxas, a C compiler for its launcher).
                "lock_down": not (cfg.allow_processes or self.language == "triton"),
-               "confine_writes": cfg.confine_writes}
+               "confine_writes": cfg.confine_writes, "unreadable": target.unreadable}
         return job | {"sets": self._input_sets(target, job, cfg)}
 
     def _input_sets(self, target: Target, job: dict, cfg: EvalConfig) -> dict:
@@ -150,7 +150,8 @@ class PythonRunner:
             version = importlib.metadata.version(self.framework)
         except importlib.metadata.PackageNotFoundError:
             version = None
-        return input_sets(target.name, [Path(job["reference"]["file"]).read_text(), decides,
+        return input_sets(target.name, [*source_key(job["reference"], target.root),
+                                        {k: v for k, v in decides.items() if k != "reference"},
                                         version], decides | {"config": job["config"]},
                           [sys.executable, "-m", "eat.runners.py_harness", "prepare"],
                           self._env(), self._limits(cfg))

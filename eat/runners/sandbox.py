@@ -5,9 +5,10 @@ process group, a scrubbed environment and captured, truncated output; `lock_down
 the harness inside that process just before it loads a candidate, and installs a seccomp filter
 so native code can make threads but cannot fork, exec, signal other processes, open a network
 socket or reboot the machine. The filter matters most when eat runs as root, where RLIMIT_NPROC
-is not enforced. `confine_writes()`, called there too, uses Landlock (where the kernel has it)
+is not enforced. `confine()`, called there too, uses Landlock (where the kernel has it)
 so the candidate changes files only in its own folder (not the cache, the workspace or the
-user's files) and opens no TCP connection.
+user's files), reads nothing of a run's sealed folder or a target's private/, and opens no
+TCP connection; an external agent's fence is the same call, with the network left open.
 """
 
 from __future__ import annotations
@@ -276,12 +277,6 @@ def containment() -> str:
         return f"{seccomp}; no Landlock: candidates write wherever the user can"
     return f"{seccomp}; Landlock ABI {abi}: candidates write only in their own folder" + (
         " and open no TCP connection" if abi >= 4 else "")
-
-
-def confine_writes(folders: list[str]) -> str | None:
-    """Let this process change files only beneath `folders` and open no TCP connection, from
-    now on and for good; returns why it could not, or None."""
-    return confine(folders)
 
 
 # Reading a file and listing a folder (ABI 1): handled only where some paths are unreadable.

@@ -16,6 +16,7 @@ from typing import Callable
 from eat.cache import PRUNE_EVERY_S, inputs_dir, maybe_prune, used
 from eat.runners import inputs, sandbox
 from eat.runners.base import Evaluation, HarnessError, SetsChanged, eat_pythonpath
+from eat.seal import digest, files_of, stats
 
 # Input sets' manifests, per folder and pool sizes: made (and fingerprinted) once per process.
 _SETS: dict[tuple[Path, tuple], dict] = {}
@@ -48,6 +49,28 @@ def input_sets(name: str, key: list, job: dict, command: list[str],
     if made:
         maybe_prune(force=True)  # new sets are large: keep the cache under its cap now
     return manifest
+
+
+def source_key(reference: dict, root: Path) -> list:
+    """What of a target's files decides its sets, wherever its folder lies (a run judges a
+    copy of it): the reference's name and source, and what private/ holds (data the reference
+    may read)."""
+    path = Path(reference["file"])
+    return [reference | {"file": path.name}, path.read_text(), _digest_of(root / "private")]
+
+
+_DIGESTS: dict[Path, tuple[tuple, str]] = {}  # folder -> (its files' stats, their digest)
+
+
+def _digest_of(folder: Path) -> str | None:
+    """The digest of a folder's contents (None: there is none), read again only when a file's
+    stat moved: private data may be large, and this is asked at every evaluation."""
+    if not folder.is_dir():
+        return None
+    marks = stats(folder)
+    if _DIGESTS.get(folder, ((),))[0] != marks or not marks:
+        _DIGESTS[folder] = (marks, digest(files_of(folder)))
+    return _DIGESTS[folder][1]
 
 
 def again_if_sets_changed(evaluate: Callable[[], Evaluation]) -> Evaluation:
