@@ -39,11 +39,19 @@ class TargetChangedError(HarnessError):
 def _walk(root: Path, leave_out: tuple[Path, ...]):
     """os.walk of `root`, links followed, without caches nor the folders of `leave_out` (a
     workspace made inside its own target folder)."""
-    out = {os.path.realpath(p) for p in leave_out}
+    out, top = {os.path.realpath(p) for p in leave_out}, os.path.realpath(root)
     for parent, dirs, names in os.walk(root, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS
-                         and os.path.realpath(os.path.join(parent, d)) not in out)
+        dirs[:] = sorted(d for d in dirs if not _skipped(os.path.join(parent, d), top, out))
         yield parent, sorted(names)
+
+
+def _skipped(folder: str, top: str, out: set[str]) -> bool:
+    """Whether a folder met in the walk of `top` is no part of its content: a cache, one of
+    `out`, or a link to a folder within `top` (its files are there already; a link up the tree
+    would be walked forever)."""
+    real = os.path.realpath(folder)
+    return os.path.basename(folder) in _SKIPPED_DIRS or real in out or (
+        os.path.islink(folder) and (real == top or real.startswith(top + os.sep)))
 
 
 def files_of(root: Path, leave_out: tuple[Path, ...] = ()) -> dict[str, str]:
@@ -98,11 +106,11 @@ def snapshot(src: Path, dst: Path, leave_out: tuple[Path, ...] = ()) -> str:
     without `leave_out`; returns the copy's digest."""
     part = dst.with_name(dst.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
-    out = {os.path.realpath(p) for p in leave_out}
+    out, top = {os.path.realpath(p) for p in leave_out}, os.path.realpath(src)
 
     def ignored(folder: str, names: list[str]) -> set[str]:
-        return {n for n in names if n in _SKIPPED_DIRS or n.endswith(_SKIPPED_SUFFIXES)
-                or os.path.realpath(os.path.join(folder, n)) in out}
+        return {n for n in names if n.endswith(_SKIPPED_SUFFIXES) or (
+            os.path.isdir(path := os.path.join(folder, n)) and _skipped(path, top, out))}
 
     shutil.copytree(src, part, symlinks=False, ignore=ignored)
     old = dst.with_name(dst.name + ".old")

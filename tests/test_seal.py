@@ -138,3 +138,14 @@ def test_a_candidate_cannot_read_the_sealed_folder_or_private_data(quick_matmul,
     target.unreadable = []
     open_ = runner.evaluate(target, source + "\n", config=cfg)
     assert "held-out-77" in open_.stderr and "leak 0: [refused]" not in open_.stderr
+
+
+def test_a_link_back_up_the_target_folder_is_walked_once(tmp_path):
+    (tmp_path / "t" / "sub").mkdir(parents=True)
+    (tmp_path / "t" / "a.c").write_text("a")
+    (tmp_path / "t" / "sub" / "up").symlink_to(tmp_path / "t")
+    assert files_of(tmp_path / "t") == files_of(tmp_path / "t") and \
+        sorted(files_of(tmp_path / "t")) == ["a.c"]
+    (tmp_path / "t" / "sub" / "b.c").write_text("b")
+    (tmp_path / "t" / "again").symlink_to(tmp_path / "t" / "sub")
+    assert digest(files_of(tmp_path / "t")) == snapshot(tmp_path / "t", tmp_path / "copy")
