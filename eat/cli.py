@@ -422,11 +422,14 @@ def _imported(path: Path) -> None:
 def import_kernelbench_cmd(
         file: Path = typer.Argument(..., help="Problem file: class Model, get_inputs, "
                                     "get_init_inputs."),
-        out_dir: Path = _OUT, runner: str = _RUNNER):
+        out_dir: Path = _OUT, runner: str = _RUNNER,
+        sizes: str = typer.Option(None, "--sizes", help="published (the problem's own) or fit "
+                                  "(scaled to what one CPU core holds and runs quickly; the "
+                                  "default with --runner cpu).")):
     """A KernelBench problem; candidates define class ModelNew."""
     from eat.formats.kernelbench import import_kernelbench
 
-    _imported(import_kernelbench(file, out_dir, runner))
+    _imported(import_kernelbench(file, out_dir, runner, sizes))
 
 
 @import_app.command("gpumode")

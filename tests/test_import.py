@@ -366,7 +366,7 @@ def test_kernelbench_target_has_the_problem_sizes_as_its_workload(kb_file, tmp_p
 
 
 def test_kernelbench_inputs_are_seeded_and_follow_the_workload_sizes(kb_file, tmp_path):
-    t = load_target(import_kernelbench(kb_file, tmp_path / "kb", "cpu"))
+    t = load_target(import_kernelbench(kb_file, tmp_path / "kb", "cpu", "published"))
     ref = _reference(t)
     w = t.workloads[0]
     assert _equal(ref.inputs(0, **w), ref.inputs(0, **w))
@@ -381,7 +381,7 @@ def test_kernelbench_inputs_are_seeded_and_follow_the_workload_sizes(kb_file, tm
 
 
 def test_kernelbench_solution_and_baseline_are_candidates_unchanged(kb_file, tmp_path):
-    target = import_kernelbench(kb_file, tmp_path / "kb", "cpu")
+    target = import_kernelbench(kb_file, tmp_path / "kb", "cpu", "published")
     for name, source in [("solution", KB_SOLUTION), ("wrong", KB_WRONG)]:
         (tmp_path / f"{name}.py").write_text(source)
     assert verdict(target, target / "baseline.py", tmp_path / "c0") == "ok"
@@ -611,8 +611,8 @@ def _quick(target_dir: Path) -> Path:
 def test_runner_accepts_baseline_and_solution_and_rejects_wrong(kind, tmp_path, kb_file, gm_task,
                                                                 fi_files):
     if kind == "kernelbench":
-        target, good, bad = import_kernelbench(kb_file, tmp_path / "t", "cpu"), KB_SOLUTION, \
-            KB_WRONG
+        target = import_kernelbench(kb_file, tmp_path / "t", "cpu", "published")
+        good, bad = KB_SOLUTION, KB_WRONG
     elif kind == "gpumode":
         target, good, bad = import_gpumode(gm_task, tmp_path / "t", "cpu"), GM_SOLUTION, GM_WRONG
     else:

@@ -272,3 +272,13 @@ def test_checks_made_on_the_device_never_pass_what_the_host_refuses():
     b = a.clone()
     b[0] += 1
     assert not be.same(b, a) and not be.same(a, a.double())
+
+
+def test_a_set_keeps_the_shape_of_a_0_d_output(tmp_path):
+    """A loss returns a 0-d tensor: its set holds it as 0-d, not as an array of one element
+    (KernelBench's MSELoss judged against itself was `incorrect`: float32[] wanted float32[1])."""
+    path = tmp_path / "w0-s0.set"
+    inputs._write_set(path, {"inputs": {"x": np.ones((2, 3), np.float32)},
+                             "expected": {"out": np.asarray(np.float32(0.5))}})
+    got = inputs.SetFiles(str(tmp_path), [[path.name, inputs.fingerprint(path)]])[0]
+    assert got["expected"]["out"].shape == () and got["inputs"]["x"].shape == (2, 3)

@@ -1,12 +1,15 @@
-"""What the importers share: parsing their sources, CPU device names, writing the target folder."""
+"""What the importers share: parsing their sources, CPU device names, sizes fitted to the CPU,
+writing the target folder."""
 
 from __future__ import annotations
 
 import ast
 import io
+import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import tokenize
 from pathlib import Path
@@ -23,6 +26,54 @@ RUNNERS = tuple(r for r, languages in LANGUAGES.items() if "pytorch" in language
 def check_runner(runner: str) -> None:
     if runner not in RUNNERS:
         raise BadInput(f"--runner {runner!r}: imported targets run on one of {', '.join(RUNNERS)}")
+
+
+SIZES = ("published", "fit")
+# What a fitted CPU problem may take: its inputs, outputs and parameters, and one reference call
+# on one core (a run calls it once per input set, and times it beside the candidate).
+FIT_BYTES, FIT_CALL_S = 64 << 20, 0.1
+
+
+def check_sizes(sizes: str | None, runner: str) -> str:
+    """The sizes an import keeps: `sizes` checked, by default "fit" on the CPU and
+    "published" elsewhere."""
+    sizes = sizes or ("fit" if runner == "cpu" else "published")
+    if sizes not in SIZES:
+        raise BadInput(f"--sizes {sizes!r}: one of {', '.join(SIZES)}")
+    if sizes == "fit" and runner != "cpu":
+        raise BadInput("--sizes fit: sizes are fitted to the CPU only (--runner cpu)")
+    return sizes
+
+
+def fitted(reference: str, params: dict, origin: Path, max_bytes: int = FIT_BYTES,
+           max_call_s: float = FIT_CALL_S) -> tuple[dict, str]:
+    """The workload at which the problem fits the CPU (eat.formats.fit, in a child with torch),
+    and the lines target.toml's header says of it; BadInput when the problem itself fails."""
+    from eat.runners import sandbox
+    from eat.runners.base import eat_pythonpath
+    with tempfile.TemporaryDirectory(prefix="eat-fit-") as tmp:
+        (Path(tmp) / "reference.py").write_text(reference)
+        job = {"reference": str(Path(tmp) / "reference.py"), "params": params,
+               "max_bytes": max_bytes, "max_call_s": max_call_s}
+        done = sandbox.run([sys.executable, "-m", "eat.formats.fit"], cwd=Path(tmp),
+                           env=sandbox.clean_env(Path(tmp), {"PYTHONPATH": eat_pythonpath()}),
+                           limits=sandbox.Limits(wall_s=600, cpu_s=600, max_output_chars=20_000),
+                           stdin=json.dumps(job))
+    tag = "EAT-FIT "
+    answer = next((json.loads(line[len(tag):]) for line in done.stdout.splitlines()
+                   if line.startswith(tag)), None)
+    if answer is None or "error" in answer:
+        why = answer["error"] if answer else (done.stderr.strip().splitlines() or
+                                              [f"the sizing child died ({done.returncode})"])[-1]
+        raise BadInput(f"{origin}: its reference does not run on the CPU: {why[:300]}")
+    new = answer["params"]
+    changed = [f"{k} = {params[k]} -> {new[k]}" for k in params if new[k] != params[k]]
+    mb, ms = answer["bytes"] / 2 ** 20, answer["call_s"] * 1e3
+    note = (f"\nSizes fitted to one CPU core (--sizes fit: inputs, outputs and parameters "
+            f"{mb:.0f} MiB, a reference call {ms:.0f} ms): " + ("; ".join(changed) if changed
+                                                               else "the published ones fit") +
+            ".\n`eat import ... --sizes published` keeps the published sizes.")
+    return new, note
 
 
 def parse_python(source: str, path: Path) -> ast.Module:

@@ -13,8 +13,9 @@ import ast
 from pathlib import Path
 
 from eat.errors import BadInput, read_file
-from eat.formats.common import (check_runner, on_cpu, parse_python, require_free,
-                                safe_name, top_level_names, write_target)
+from eat.formats.common import (check_runner, check_sizes, fitted, on_cpu, parse_python,
+                                require_free, safe_name, top_level_names, write_target)
+from eat.target import eval_expr
 
 # KernelBench's own check: torch.allclose(atol=1e-2, rtol=1e-2).
 TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
@@ -65,17 +66,28 @@ Workload parameters are the problem's int/float constants; add workloads to try 
 
 
 def _constant(node: ast.expr):
-    """The value of an int or float literal (bools excluded), else None."""
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError):
-        return None
+    """The value of an int or float literal, or of arithmetic on literals (`2048 * 2`); bools
+    and everything else: None."""
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        try:
+            value = eval_expr(ast.unparse(node), {})
+        except (ValueError, ArithmeticError):
+            return None
+    else:
+        try:
+            value = ast.literal_eval(node)
+        except (ValueError, SyntaxError, TypeError):
+            return None
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda") -> Path:
-    """Write a target folder for the KernelBench problem file `src`; returns the folder."""
+def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda",
+                       sizes: str | None = None) -> Path:
+    """Write a target folder for the KernelBench problem file `src`; returns the folder.
+    `sizes`: "published" keeps the problem's sizes, "fit" (the CPU's default) scales them to
+    what one core holds and runs in well under a second (eat.formats.fit)."""
     check_runner(runner)
+    sizes = check_sizes(sizes, runner)
     src = Path(src)
     source = read_file(src)
     tree = parse_python(source, src)
@@ -107,6 +119,10 @@ def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda")
     source = source.rstrip() + "\n"
     reference = source + _ADDED.format(
         params=tuple(params), assignments="".join(f"    {a!r},\n" for a in assignments))
+    header = _HEADER.format(src=src.name)
+    if sizes == "fit":
+        params, note = fitted(reference, params, src)
+        header += note
     baseline = source + "\n\n# The baseline is the problem's own Model (added by eat import).\n" \
                         "ModelNew = Model\n"
     name = safe_name(src.stem)
@@ -128,5 +144,5 @@ def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda")
         # runs a compiler in child processes: the seccomp filter would refuse it.
         "evaluation": {"allow_processes": True},
     }
-    return write_target(out or Path.cwd() / name, src, _HEADER.format(src=src.name), target,
+    return write_target(out or Path.cwd() / name, src, header, target,
                         {"reference.py": reference, "baseline.py": baseline})

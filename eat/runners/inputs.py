@@ -33,7 +33,7 @@ from eat.runners.cabi import C_TYPES
 
 PROBE_TAG = "EAT-INPUTS "
 TIMED_SEED0 = 1_000_000  # timed seeds start here: none is a verification seed
-VERSION = "3"  # bump when what a set file holds changes
+VERSION = "4"  # bump when what a set file holds changes (4: 0-d arrays stay 0-d)
 
 
 def pool_size(set_bytes: int, warmup: int, rounds: int, pool_mb: int) -> int:
@@ -105,7 +105,8 @@ def _write_set(path: Path, s: dict) -> None:
     buf = io.BytesIO()
     buf.write(json.dumps({"names": names, "meta": s.get("meta")}).encode() + b"\n")
     for arr in [*s["inputs"].values(), *s["expected"].values()]:
-        np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        # order="C", not ascontiguousarray: that makes a 0-d array (a loss) 1-d
+        np.lib.format.write_array(buf, np.asarray(arr, order="C"), allow_pickle=False)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_bytes(buf.getvalue())
     os.replace(tmp, path)  # atomic: racing makers agree

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from eat.cache import PRUNE_EVERY_S, inputs_dir, maybe_prune, used
+from eat.cache import PRUNE_EVERY_S, inputs_dir, max_bytes, maybe_prune, used
 from eat.runners import inputs, sandbox
 from eat.runners.base import Evaluation, HarnessError, SetsChanged, eat_pythonpath
 from eat.seal import digest, files_of, stats
@@ -103,6 +103,8 @@ def _make(name: str, slot: tuple[Path, tuple], job: dict, command: list[str],
     limits = limits or sandbox.Limits(address_space_bytes=cfg["memory_mb"] << 20)
     limits.wall_s, limits.cpu_s = max(600.0, cfg["timeout_s"]), max(600, cfg["cpu_s"])
     limits.max_output_chars = 1 << 24
+    # The maker runs no candidate: a set may be as large as the cache may hold.
+    limits.file_size_bytes = max(limits.file_size_bytes, max_bytes())
     env = sandbox.clean_env(folder.parent, {"PYTHONPATH": eat_pythonpath()} | (env or {}))
     run = sandbox.run(command, cwd=folder.parent, env=env, limits=limits,
                       stdin=json.dumps(job | {"dir": str(folder)}))

@@ -1,0 +1,118 @@
+"""`python -m eat.formats.fit`: the sizes at which an imported PyTorch problem fits the CPU.
+
+Benchmark suites size their problems for a GPU (KernelBench's ReLU takes a 6.4 GB tensor); on
+one CPU core such a problem cannot even be held. `eat import ... --runner cpu` (`--sizes fit`)
+runs this in a child, where torch is imported, with the target's reference file and its
+workload: it keeps the published sizes where inputs, outputs and parameters fit `max_bytes` and a
+reference call takes under `max_call_s` on one thread, and otherwise halves the largest size
+constant (never one under 16, never one that leaves the model unbuildable) until they do.
+Bytes are counted on torch's meta device, so a 6 GB problem allocates nothing. The answer is one
+tagged line: {"params", "bytes", "call_s"} or {"error"}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+TAG = "EAT-FIT "
+SMALLEST = 16  # a size constant under this (a kernel size, a stride) is never halved
+
+
+def _tensors(value):
+    """The tensors in a nest of lists, tuples and dicts."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict:
+    import torch
+
+    from eat.runners.inputs import load_py
+    torch.set_num_threads(1)  # the CPU runner times on one core
+    mod = load_py(reference, "reference")
+
+    def build(p: dict, device: str):
+        with torch.device(device):
+            model = mod.Model(*mod.init_inputs(**p))
+            return model, mod.inputs(0, **p)
+
+    def nbytes(p: dict) -> int:
+        """Inputs, outputs and parameters; a model whose sizes do not go together raises."""
+        model, args = build(p, "meta")
+        out = None
+        try:
+            with torch.no_grad():
+                out = model(*args)  # shapes only: a size that breaks the forward shows here
+        except NotImplementedError:
+            pass  # an op without a meta kernel: the real call below decides
+        held = [*_tensors(args), *_tensors(out), *model.parameters(), *model.buffers()]
+        return sum(t.numel() * t.element_size() for t in held)
+
+    def call_s(p: dict) -> float:
+        """One reference call's seconds, after a first one; inf when it cannot be held."""
+        try:
+            model, args = build(p, "cpu")
+            with torch.no_grad():
+                model(*args)
+                t0 = time.perf_counter()
+                model(*args)
+        except (MemoryError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "allocate" not in str(e):
+                raise
+            return float("inf")
+        return time.perf_counter() - t0
+
+    try:
+        size, meta = nbytes(params), True
+    except Exception:  # a model the meta device cannot build: real calls size it
+        size, meta = 0, False
+    fixed: set[str] = set()
+
+    def halved(p: dict) -> dict | None:
+        """p with its largest halvable size halved; None when none is left."""
+        while True:
+            sizes = [k for k, v in p.items() if isinstance(v, int) and not isinstance(v, bool)
+                     and v >= SMALLEST and k not in fixed]
+            if not sizes:
+                return None
+            k = max(sizes, key=lambda k: (p[k], k))
+            smaller = p | {k: p[k] // 2}
+            try:
+                if meta:
+                    nbytes(smaller)
+                return smaller
+            except Exception:
+                fixed.add(k)  # halving it breaks the model (a divisibility, a fixed layer)
+
+    p = dict(params)
+    while size > max_bytes and (smaller := halved(p)) is not None:
+        p, size = smaller, nbytes(smaller)
+    took = call_s(p)
+    while took > max_call_s and (smaller := halved(p)) is not None:
+        p = smaller
+        took = call_s(p)
+    if took == float("inf"):
+        raise MemoryError("the reference cannot be held in memory at any size tried")
+    return {"params": p, "bytes": size, "call_s": took}
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    try:
+        answer = fit(**job)
+    except Exception as e:  # the problem itself fails: its get_inputs, its Model
+        answer = {"error": f"{type(e).__name__}: {e}"[:300]}
+    print(TAG + json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Benchmark problems sized for a GPU, on the CPU: `--sizes fit` halves the largest size
+constants until inputs, outputs and parameters fit and a reference call is quick; published
+sizes stay where they fit, and a set larger than the sandbox's file cap is still made.
+
+The problems here are written in KernelBench's format for these tests (not copies of
+KernelBench's files)."""
+
+import pytest
+
+from eat.errors import BadInput
+from eat.formats.common import fitted
+from eat.formats.kernelbench import import_kernelbench
+from eat.runners.base import runner_for
+from eat.target import load_target
+
+ELEMENTWISE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """max(x, 0)"""
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+batch_size = {batch}
+dim = {dim}
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+def get_init_inputs():
+    return []
+'''
+
+MATMUL = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return A @ B
+
+N = 2048 * 2
+
+def get_inputs():
+    return [torch.rand(N, N), torch.rand(N, N)]
+
+def get_init_inputs():
+    return []
+'''
+
+GROUPED_CONV = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, channels, kernel_size, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, kernel_size, groups=groups)
+
+    def forward(self, x):
+        return self.conv(x)
+
+batch_size = 64
+channels = 64
+kernel_size = 3
+groups = 32
+height = 512
+width = 512
+
+def get_inputs():
+    return [torch.rand(batch_size, channels, height, width)]
+
+def get_init_inputs():
+    return [channels, kernel_size, groups]
+'''
+
+
+def problem(tmp_path, name: str, text: str):
+    path = tmp_path / "src" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def reference(tmp_path, name: str, text: str) -> tuple[str, dict]:
+    """The reference an import writes for the problem, and its published workload."""
+    t = load_target(import_kernelbench(problem(tmp_path, name, text), tmp_path / name[:-3],
+                                       "cpu", "published"))
+    return t.path("reference.py").read_text(), t.workloads[0]
+
+
+def test_an_import_for_the_cpu_fits_a_gpu_sized_problem_and_says_so(tmp_path):
+    src = problem(tmp_path, "19_Relu.py", ELEMENTWISE.format(batch=4096, dim=393216))
+    t = load_target(import_kernelbench(src, tmp_path / "fit", "cpu"))
+    # 2 x 4096 x 393216 floats (in and out) is 12 GiB; halving the largest size first gives
+    # dim 3072, then batch_size 2048: 48 MiB
+    assert t.workloads == [{"batch_size": 2048, "dim": 3072}]
+    header = (tmp_path / "fit" / "target.toml").read_text()
+    assert "batch_size = 4096 -> 2048; dim = 393216 -> 3072" in header
+    assert "--sizes published" in header
+    small = problem(tmp_path, "20_Small.py", ELEMENTWISE.format(batch=16, dim=256))
+    assert load_target(import_kernelbench(small, tmp_path / "small", "cpu")).workloads == [
+        {"batch_size": 16, "dim": 256}]  # what fits is kept as published
+    assert "the published ones fit" in (tmp_path / "small" / "target.toml").read_text()
+    with pytest.raises(BadInput, match="sizes are fitted to the CPU only"):
+        import_kernelbench(src, tmp_path / "gpu", "cuda", "fit")
+
+
+def test_fitting_halves_the_largest_size_a_model_allows(tmp_path):
+    ref, published = reference(tmp_path, "1_Matmul.py", MATMUL)
+    assert published == {"N": 4096}  # `N = 2048 * 2` is a size constant too
+    # Bytes alone (no time budget): A, B and A @ B at 4 bytes a float, within 16 MiB
+    params, note = fitted(ref, published, tmp_path, max_bytes=16 << 20, max_call_s=1e9)
+    assert params == {"N": 1024} and "N = 4096 -> 1024" in note
+    # A call that is never quick enough: every size is halved down to its floor (under 16)
+    params, _ = fitted(ref, published, tmp_path, max_bytes=16 << 20, max_call_s=0)
+    assert params == {"N": 8}
+
+    ref, published = reference(tmp_path, "2_Conv.py", GROUPED_CONV)
+    params, _ = fitted(ref, published, tmp_path, max_bytes=16 << 20, max_call_s=1e9)
+    assert params["kernel_size"] == 3  # under 16: a kernel size, never halved
+    assert params["channels"] % params["groups"] == 0  # halving further would break the conv
+    assert params["groups"] <= 32 and params["height"] < 512
+
+
+def test_a_problem_that_does_not_run_is_a_clear_error(tmp_path):
+    broken = ELEMENTWISE.format(batch=4, dim=8).replace(
+        "return [torch.rand(batch_size, dim)]", "raise ValueError('no inputs today')")
+    with pytest.raises(BadInput, match="its reference does not run on the CPU: "
+                                       "ValueError: no inputs today"):
+        import_kernelbench(problem(tmp_path, "3_Broken.py", broken), tmp_path / "b", "cpu")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_a_300_mb_input_evaluates_on_the_cpu_fitted_and_as_published(tmp_path):
+    """75 million floats in, as many out: a set of 600 MB, over the sandbox's 256 MB file cap
+    for candidates (the maker of sets runs no candidate: its cap is the cache's)."""
+    src = problem(tmp_path, "19_Big.py", ELEMENTWISE.format(batch=1, dim=75_000_000))
+    cfg = None
+    for sizes in ("fit", "published"):
+        target = load_target(import_kernelbench(src, tmp_path / sizes, "cpu", sizes))
+        cfg = target.evaluation.model_copy(update={
+            "seeds": 1, "warmup": 1, "min_repeats": 3, "max_repeats": 3, "pool_mb": 64})
+        ev = runner_for(target).evaluate(target, target.baseline_source(), config=cfg)
+        assert ev.status == "ok", (sizes, ev.message)
+        assert 0.5 < ev.speedup < 2  # the reference judged against itself
+    assert target.workloads == [{"batch_size": 1, "dim": 75_000_000}]
+
+
+@pytest.mark.slow
+def test_the_suite_sweep_imports_and_judges_every_problem_of_a_checkout(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    level = tmp_path / "kb" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_Relu.py").write_text(ELEMENTWISE.format(batch=64, dim=4096))
+    (level / "2_Broken.py").write_text(ELEMENTWISE.format(batch=4, dim=8).replace(
+        "return [torch.rand(batch_size, dim)]", "raise ValueError('no inputs today')"))
+    suite = Path(__file__).resolve().parents[1] / "bench" / "suite.py"
+    done = subprocess.run([sys.executable, str(suite), "kernelbench", str(tmp_path / "kb"),
+                           "--level", "1", "--json"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 1, done.stderr  # not every problem is ok
+    report = json.loads(done.stdout)
+    assert (report["ok"], report["total"]) == (1, 2)
+    relu, broken = report["problems"]
+    assert (relu["problem"], relu["status"], relu["import"]) == ("1_Relu", "ok", "ok")
+    assert relu["speedup"] > 0  # the reference against itself (how close is the bench's job)
+    assert broken["import"] == "failed" and "no inputs today" in broken["message"]
