@@ -148,14 +148,39 @@ def test_prepare_makes_again_what_changed_since_a_manifest_recorded_it(tmp_path)
         calls.append(seed)
         return {"inputs": {"x": np.full(4, seed, np.float32)}, "expected": {}}
 
+    def files(made: dict) -> list:
+        return [[w[mode] for mode in ("verify", "time")] for w in made["workloads"]]
+
     inputs.write_manifest(folder, (2, 0, 1, 1), inputs.prepare(folder, cfg, 1, make))
     _change(folder / "w0-s1.set", "append")
     calls.clear()
     again = inputs.prepare(folder, cfg, 1, make)
-    assert calls == [1]
+    assert calls == [0, 1]  # seed 0 is always made, in memory: what a set costs
     inputs.write_manifest(folder, (2, 0, 1, 2), again)  # the first manifest is stale now
     calls.clear()
-    assert inputs.prepare(folder, cfg, 1, make) == again and calls == []
+    assert files(inputs.prepare(folder, cfg, 1, make)) == files(again) and calls == [0]
+
+
+def test_a_workload_whose_sets_exceed_the_room_gets_seeds_not_files(tmp_path):
+    """Over `room`, prepare writes nothing for the workload and names the seeds its harness
+    makes; under it, files as before (each workload decided alone)."""
+    folder = tmp_path / "sets"
+    cfg = {"seeds": 2, "warmup": 1, "max_repeats": 3, "pool_mb": 1}
+
+    def make(wi, seed):  # workload 1's set is 1 MiB, workload 0's 16 bytes
+        return {"inputs": {"x": np.full(4 if wi == 0 else 1 << 18, seed, np.float32)},
+                "expected": {}}
+
+    made = inputs.prepare(folder, cfg, 2, make, room=1 << 20)
+    small, big = made["workloads"]
+    assert [name for name, _ in small["verify"]] == ["w0-s0.set", "w0-s1.set"]
+    assert big["generate"] == {"verify": [0, 1], "time": [inputs.TIMED_SEED0]}  # 1 MiB: pool 1
+    assert big["bytes"] == 1 << 20 and "verify" not in big
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        name for mode in ("verify", "time") for name, _ in small[mode])
+    sets = inputs.workload_sets({"sets": made | {"dir": str(folder)}, "mode": "verify"}, 1,
+                                lambda seed: make(1, seed))
+    assert isinstance(sets, inputs.MadeSets) and [s["inputs"]["x"][0] for s in sets.sets] == [0, 1]
 
 
 # A Python target's sets go through the same files and the same retry; torch on the CPU.

@@ -34,6 +34,7 @@ import numpy as np
 from eat.runners.gpurt import GpuError, Runtime
 from eat.runners.harness import (Outcome, Workload, _bind, call_args, load_vendor, serve,
                                  time_native, verify)
+from eat.runners.inputs import generates, load_py
 from eat.runners.verify import poison_byte
 
 
@@ -98,8 +99,9 @@ class DeviceWorkload(Workload):
     With DeviceChecks, inputs and outputs are checked there too, and copied to the host only
     to explain a failure; the host arrays stage those copies."""
 
-    def __init__(self, job: dict, index: int, rt: Runtime, checks: DeviceChecks | None):
-        super().__init__(job, index)
+    def __init__(self, job: dict, index: int, rt: Runtime, checks: DeviceChecks | None,
+                 ref_mod=None):
+        super().__init__(job, index, ref_mod)
         self.rt, self.checks, self.tol = rt, checks, job["tolerance"]
         host = {k: v for k, v in self.values.items() if isinstance(v, np.ndarray)}
         self.device = {k: rt.malloc(v.nbytes) for k, v in host.items()}
@@ -227,7 +229,9 @@ def _setup(job: dict) -> tuple:
     rt = Runtime(job["kind"], job["runtime"])
     rt.set_device(0)  # the runner made the chosen GPU this process's only visible one
     checks = DeviceChecks(job["check_lib"], rt) if job.get("check_lib") else None
-    workloads = [DeviceWorkload(job, i, rt, checks) for i in range(len(job["workloads"]))]
+    ref_mod = load_py(job["reference"]["file"], "reference") if generates(job) else None
+    workloads = [DeviceWorkload(job, i, rt, checks, ref_mod)
+                 for i in range(len(job["workloads"]))]
     base_fn = vendor = timer = None
     if job["mode"] == "time":
         timer = DeviceTimer(rt, job["flush_bytes"])

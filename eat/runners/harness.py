@@ -23,7 +23,8 @@ from functools import partial
 import numpy as np
 
 from eat.runners.cabi import C_TYPES
-from eat.runners.inputs import SetChanged, SetFiles, load_py, set_index
+from eat.runners.inputs import (SetChanged, generates, load_py, make_set, set_index,
+                                workload_sets)
 from eat.runners.sandbox import confine, lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
@@ -72,7 +73,7 @@ class Workload(Snapshots):
     first, so a candidate that keys saved results on buffer addresses is caught.
     """
 
-    def __init__(self, job: dict, index: int):
+    def __init__(self, job: dict, index: int, ref_mod=None):
         workload = job["workloads"][index]
         params, shapes = workload["params"], workload["shapes"]
         self.params = params
@@ -85,7 +86,8 @@ class Workload(Snapshots):
             arr = aligned_empty(tuple(shapes[a["name"]]), _DTYPES[a["ctype"]])
             (self.inputs if a["const"] else self.outputs)[a["name"]] = arr
             self.values[a["name"]] = arr
-        self.sets = SetFiles(job["sets"]["dir"], job["sets"]["workloads"][index][job["mode"]])
+        # ref_mod: the reference, loaded where the manifest says to make sets here
+        self.sets = workload_sets(job, index, partial(make_set, job, workload, ref_mod))
         self.c_args = call_args(job["args"], {k: v.ctypes.data if isinstance(v, np.ndarray)
                                               else v for k, v in self.values.items()})
 
@@ -359,7 +361,8 @@ def serve(setup, check) -> None:
 
 
 def _setup(job: dict) -> tuple:
-    workloads = [Workload(job, i) for i in range(len(job["workloads"]))]
+    ref_mod = load_py(job["reference"]["file"], "reference") if generates(job) else None
+    workloads = [Workload(job, i, ref_mod) for i in range(len(job["workloads"]))]
     base_fn = vendor = None
     if job["mode"] == "time":
         if job.get("cpu") is not None:

@@ -14,8 +14,14 @@ workloads, numpy's and the framework's versions), so a changed target gets new s
 reports each file's fingerprint (inode, size, ctime: any write, rename or chmod changes the
 ctime, which no system call sets back); harnesses refuse a file that no longer matches it, and
 the child makes a file again when its fingerprint is none its folder's manifests record for it,
-so a set changed on disk after that is not trusted. Only numpy and the standard library are
-imported here (the native child's side).
+so a set changed on disk after that is not trusted.
+
+A workload whose sets would take more than the job's `room` (a share of the cache's cap: a
+KernelBench ReLU's set is 12.8 GB) gets no files: the manifest names its seeds instead, and the
+harness makes those sets itself from them, with the reference, in its setup before any
+candidate code loads (`workload_sets`, `MadeSets`); on a GPU the reference then runs on the
+device that uses them. Only numpy and the standard library are imported here (the native
+child's side).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import io
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +40,7 @@ from eat.runners.cabi import C_TYPES
 
 PROBE_TAG = "EAT-INPUTS "
 TIMED_SEED0 = 1_000_000  # timed seeds start here: none is a verification seed
-VERSION = "4"  # bump when what a set file holds changes (4: 0-d arrays stay 0-d)
+VERSION = "5"  # bump when what a set file or manifest holds changes (5: generated workloads)
 
 
 def pool_size(set_bytes: int, warmup: int, rounds: int, pool_mb: int) -> int:
@@ -112,10 +119,17 @@ def _write_set(path: Path, s: dict) -> None:
     os.replace(tmp, path)  # atomic: racing makers agree
 
 
-def prepare(folder: Path, cfg: dict, workloads: int, make) -> dict:
+def set_bytes(s: dict) -> int:
+    """What a set holds: its inputs and expected outputs."""
+    return sum(np.asarray(a).nbytes for part in ("inputs", "expected") for a in s[part].values())
+
+
+def prepare(folder: Path, cfg: dict, workloads: int, make, room: int | None = None) -> dict:
     """Make the sets of every workload with make(workload index, seed) that are missing or
     changed since a manifest recorded them; {"workloads": [{"verify": [[file, fingerprint]...],
-    "time": [...]}]}. Runs where no candidate ever ran."""
+    "time": [...], "bytes", "make_s"}]}. A workload whose sets would take over `room` bytes
+    (None: no cap) is {"generate": {"verify": [seed...], "time": [...]}, "bytes", "make_s"}
+    instead: the harness makes them (workload_sets). Runs where no candidate ever ran."""
     folder.mkdir(parents=True, exist_ok=True)
     recorded: dict[str, set[str]] = {}
     for manifest in folder.glob("manifest-*.json"):
@@ -126,21 +140,30 @@ def prepare(folder: Path, cfg: dict, workloads: int, make) -> dict:
             continue  # unreadable: it vouches for nothing
     out = []
     for wi in range(workloads):
+        # One set made first says what a set costs, in bytes and seconds (a Python target's
+        # shapes are known only once its reference has made them), before any file is written.
+        t0 = time.perf_counter()
+        first = make(wi, 0)
+        made_s, size = time.perf_counter() - t0, set_bytes(first)
+        pool = pool_size(size, cfg["warmup"], cfg["max_repeats"], cfg["pool_mb"])
+        seeds = {"verify": list(range(cfg["seeds"])),
+                 "time": [TIMED_SEED0 + j for j in range(pool)]}
+        cost = {"bytes": size, "make_s": round(made_s, 4)}
+        if room is not None and size * (cfg["seeds"] + pool) > room:
+            out.append({"generate": seeds, **cost})
+            continue
+
         def kept(seed: int) -> list[str]:
             path = folder / f"w{wi}-s{seed}.set"
             mark = fingerprint(path) if path.exists() else None
             # Made again once changed since a manifest recorded it (none yet: a racing maker's).
             if mark is None or mark not in recorded.get(path.name, {mark}):
-                _write_set(path, make(wi, seed))
+                _write_set(path, first if seed == 0 else make(wi, seed))
                 mark = fingerprint(path)
             return [path.name, mark]
 
-        verify = [kept(seed) for seed in range(cfg["seeds"])]
-        # The first set's file says what one costs: a Python target's shapes are known only
-        # once its reference has made them.
-        size = (folder / verify[0][0]).stat().st_size
-        pool = pool_size(size, cfg["warmup"], cfg["max_repeats"], cfg["pool_mb"])
-        out.append({"verify": verify, "time": [kept(TIMED_SEED0 + j) for j in range(pool)]})
+        out.append({mode: [kept(seed) for seed in s] for mode, s in seeds.items()} | cost)
+        first = None  # a large set is not held while the next workload's are made
     return {"workloads": out}
 
 
@@ -148,7 +171,8 @@ def prepare_job(job: dict) -> dict:
     """prepare() for a native target: the arrays of its C signature."""
     ref_mod = load_py(job["reference"]["file"], "reference")
     return prepare(Path(job["dir"]), job["config"], len(job["workloads"]),
-                   lambda wi, seed: make_set(job, job["workloads"][wi], ref_mod, seed))
+                   lambda wi, seed: make_set(job, job["workloads"][wi], ref_mod, seed),
+                   job.get("room"))
 
 
 def _manifest(folder: Path, sizes: tuple) -> Path:
@@ -177,9 +201,9 @@ def read_manifest(folder: Path, sizes: tuple) -> dict | None:
 
 def _entries(made: dict):
     """(file, fingerprint) of every set a manifest names."""
-    for lists in made["workloads"]:
-        for entries in lists.values():
-            for name, mark in entries:
+    for workload in made["workloads"]:
+        for mode in ("verify", "time"):
+            for name, mark in workload.get(mode, []):  # a generated workload has no files
                 yield name, mark
 
 
@@ -197,7 +221,9 @@ class SetFiles:
     (its "inputs", "expected" and "meta") into what is kept, e.g. arrays on a device.
     """
 
-    def __init__(self, folder: str, entries: list[list[str]], keep: int = 4, convert=None):
+    KEEP = 4  # sets kept loaded
+
+    def __init__(self, folder: str, entries: list[list[str]], keep: int = KEEP, convert=None):
         self.folder, self.entries, self.keep = Path(folder), entries, keep
         self.convert = convert or (lambda s: s)
         self._loaded: dict[int, dict] = {}
@@ -225,6 +251,36 @@ class SetFiles:
                 self._loaded.pop(next(iter(self._loaded)))
             self._loaded[i] = self.convert(s)
         return self._loaded[i]
+
+
+class MadeSets:
+    """The sets of one workload and mode that the harness makes itself (the manifest's
+    "generate"), all made when constructed: in the harness's setup, before a candidate loads,
+    so no candidate code can touch the reference that makes them. Indexable as SetFiles is."""
+
+    def __init__(self, seeds: list[int], make, convert=None):
+        convert = convert or (lambda s: s)
+        self.sets = [convert(make(seed)) for seed in seeds]
+
+    def __len__(self) -> int:
+        return len(self.sets)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.sets[i]
+
+
+def generates(job: dict) -> bool:
+    """Whether the harness makes some of the job's sets itself (and so needs the reference)."""
+    return any("generate" in w for w in job["sets"]["workloads"])
+
+
+def workload_sets(job: dict, index: int, make, convert=None):
+    """Workload `index`'s sets for the job's mode: read from their files (SetFiles), or, where
+    the manifest says to generate them, made now with make(seed) (MadeSets)."""
+    entry = job["sets"]["workloads"][index]
+    if "generate" in entry:
+        return MadeSets(entry["generate"][job["mode"]], make, convert)
+    return SetFiles(job["sets"]["dir"], entry[job["mode"]], convert=convert)
 
 
 def answer(prepare_fn) -> None:

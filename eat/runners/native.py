@@ -28,7 +28,7 @@ from pathlib import Path
 from eat.cache import (anchors_dir, builds_dir, device_lock, intact_build, keep_build,
                        maybe_prune, used)
 from eat.runners import inputs, sandbox
-from eat.runners.sets import again_if_sets_changed, input_sets, source_key
+from eat.runners.sets import again_if_sets_changed, grown, input_sets, sets_detail, source_key
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, HarnessError, Peaks, eat_pythonpath,
                               read_result, source_hash, summarize)
 from eat.target import EvalConfig, Target, eval_expr
@@ -201,7 +201,7 @@ class NativeRunner(ABC):
                 return Evaluation(status=res["status"], message=res["message"],
                                   detail=res.get("detail", {}), compile_log=compile_log,
                                   stderr=run.stderr, durations=durations, **ev)
-            detail = {"extra_cpu_s": res.get("extra_cpu_s", 0.0)}
+            detail = {"extra_cpu_s": res.get("extra_cpu_s", 0.0)} | sets_detail(job["sets"], cfg)
             if res.get("raced"):
                 detail["raced"] = (f"timed for {cfg.race_rounds} rounds only on "
                                    f"{'; '.join(res['raced'])}: over {RACE_MARGIN:g}x slower "
@@ -316,7 +316,8 @@ class NativeRunner(ABC):
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
         env = sandbox.clean_env(tmp, self.child_env() | {"PYTHONPATH": eat_pythonpath()})
         run = sandbox.run([sys.executable, "-m", self.harness_module], cwd=tmp, env=env,
-                          limits=self.harness_limits(cfg), stdin=json.dumps(job))
+                          limits=grown(self.harness_limits(cfg), job["sets"], cfg, job["mode"]),
+                          stdin=json.dumps(job))
         run.stderr = sandbox.truncate(run.stderr, 4000)
         return read_result(job, run, cfg), run
 

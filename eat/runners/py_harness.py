@@ -22,7 +22,7 @@ import numpy as np
 
 from eat.runners import inputs
 from eat.runners.harness import Outcome, Snapshots, serve, time_all, verify
-from eat.runners.inputs import SetFiles, load_py
+from eat.runners.inputs import load_py, workload_sets
 from eat.runners.py_backends import arrays_in, backend
 from eat.runners.verify import compare
 
@@ -104,7 +104,8 @@ def prepare(job: dict) -> dict:
     refs = [_reference(job, params, be, ref_mod) for params in job["workloads"]]
     return inputs.prepare(Path(job["dir"]), job["config"], len(job["workloads"]),
                           lambda wi, seed: make_set(be, make, refs[wi],
-                                                    job["workloads"][wi], seed))
+                                                    job["workloads"][wi], seed),
+                          job.get("room"))
 
 
 class Case(Snapshots):
@@ -123,9 +124,12 @@ class Case(Snapshots):
         self.label = ", ".join(f"{k}={v}" for k, v in params.items()) or "default workload"
         self.init_args = (getattr(ref_mod, job["reference"]["init_inputs"])(**params)
                           if job["kind"] == "module" else None)
-        sets = job["sets"]
-        self.sets = SetFiles(sets["dir"], sets["workloads"][index][job["mode"]],
-                             convert=self._on_device)
+        # Sets the manifest says to make here: by the reference, on this device, before any
+        # candidate code loads (Case is built in the harness's setup).
+        make = partial(make_set, be, getattr(ref_mod, job["reference"]["inputs"]),
+                       _reference(job, params, be, ref_mod), params) \
+            if "generate" in job["sets"]["workloads"][index] else None
+        self.sets = workload_sets(job, index, make, convert=self._on_device)
         first = self.sets[0]
         self.args = _map(first["args"], lambda x: be.clone(x) if be.is_array(x) else x)
         self.leaves = [a for _, a in arrays_in(self.args, be.is_array, "argument")]

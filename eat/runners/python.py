@@ -28,7 +28,7 @@ from eat.runners import sandbox
 from eat.runners.base import (VERIFIED_ONLY, Evaluation, Peaks, eat_pythonpath, read_result,
                               source_hash, summarize)
 from eat.runners.cpu import cpu_model
-from eat.runners.sets import again_if_sets_changed, input_sets, source_key
+from eat.runners.sets import again_if_sets_changed, grown, input_sets, sets_detail, source_key
 from eat.target import EvalConfig, Target
 
 # glibc's malloc serves a large block with mmap, returns it on free, and moves its threshold as
@@ -130,7 +130,8 @@ class PythonRunner:
                                   durations=durations, **ev)
             summary = summarize(target, res["workloads"], self.peaks)
             return Evaluation(status="ok", message="verified and timed", stderr=run.stderr,
-                              durations=durations, detail={"extra_cpu_s": res["extra_cpu_s"]},
+                              durations=durations, detail={"extra_cpu_s": res["extra_cpu_s"]}
+                              | sets_detail(job["sets"], cfg),
                               **summary, **ev)
 
     def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> dict:
@@ -178,7 +179,8 @@ class PythonRunner:
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
         extra = {"PYTHONPATH": eat_pythonpath()} | self._env() | STEADY_MALLOC
         run = sandbox.run([sys.executable, "-m", "eat.runners.py_harness"], cwd=tmp,
-                          env=sandbox.clean_env(tmp, extra), limits=self._limits(cfg),
+                          env=sandbox.clean_env(tmp, extra),
+                          limits=grown(self._limits(cfg), job["sets"], cfg, job["mode"]),
                           stdin=json.dumps(job))
         run.stderr = sandbox.truncate(run.stderr, 4000)
         return read_result(job, run, cfg), run

@@ -1,13 +1,17 @@
 """A target's input sets as the runners (the parent's side) find them: kept by this process,
 else left by an earlier one beside the sets (their manifest), else made by a child with no
 candidate in it (inputs.py's native child, or the Python harness's `prepare`); made again
-when a harness finds one changed on disk."""
+when a harness finds one changed on disk. A workload whose sets exceed room() has none on
+disk: its harness makes them (inputs.workload_sets), and `grown` gives that harness the memory
+and time they take."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
 import json
+import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,13 +20,16 @@ from typing import Callable
 from eat.cache import PRUNE_EVERY_S, inputs_dir, max_bytes, maybe_prune, used
 from eat.runners import inputs, sandbox
 from eat.runners.base import Evaluation, HarnessError, SetsChanged, eat_pythonpath
+from eat.runners.inputs import SetFiles
 from eat.seal import digest, files_of, stats
+from eat.target import EvalConfig
 
 # Input sets' manifests, per folder and pool sizes: made (and fingerprinted) once per process.
 _SETS: dict[tuple[Path, tuple], dict] = {}
 _SETS_LOCK = threading.Lock()
 # When this process last marked each of them used (time.monotonic()).
 _USED: dict[tuple[Path, tuple], float] = {}
+ROOM_SHARE = 4  # one workload's sets may take up to this share of the cache's cap (room())
 
 
 def input_sets(name: str, key: list, job: dict, command: list[str],
@@ -49,6 +56,48 @@ def input_sets(name: str, key: list, job: dict, command: list[str],
     if made:
         maybe_prune(force=True)  # new sets are large: keep the cache under its cap now
     return manifest
+
+
+def room() -> int:
+    """The most one workload's sets may take in the cache; larger ones the harness makes."""
+    return max_bytes() // ROOM_SHARE
+
+
+HELD = 3  # besides its sets, a harness holds about this many sets' worth per workload (buffers,
+#           the outputs read back, a copy on the device)
+
+
+def grown(limits: sandbox.Limits, manifest: dict, cfg: EvalConfig, mode: str) -> sandbox.Limits:
+    """A harness's `limits` (for a job of `mode` on these sets) grown with its workloads: memory
+    for the sets it holds (every set of a workload it makes, else SetFiles' few) and its
+    buffers; wall and CPU seconds for making sets and for calls as slow as the reference's
+    (a fixed limit timed the reference of a large problem out)."""
+    memory, seconds = 0, 0.0
+    calls = cfg.seeds if mode == "verify" else 2 * (cfg.warmup + cfg.max_repeats)
+    for w in manifest["workloads"]:
+        made = len(w["generate"][mode]) if "generate" in w else 0
+        held = made or min(len(w[mode]), SetFiles.KEEP)
+        memory += (held + HELD) * w.get("bytes", 0)
+        seconds += 2 * w.get("make_s", 0.0) * (made + calls)
+    if limits.address_space_bytes is not None:
+        limits.address_space_bytes += memory
+    if limits.data_bytes is not None:
+        limits.data_bytes += memory
+    limits.wall_s += seconds
+    limits.cpu_s += math.ceil(seconds)
+    return limits
+
+
+def sets_detail(manifest: dict, cfg: EvalConfig) -> dict:
+    """What an evaluation's detail says of its input sets where they are fewer than a run's
+    default or made in the harness: per workload, how many distinct sets it verified and timed
+    on, and where they came from; {} where every workload had all of them from the cache."""
+    rows = [{"verify": len(w["generate"]["verify"] if "generate" in w else w["verify"]),
+             "timed": len(w["generate"]["time"] if "generate" in w else w["time"]),
+             "made": "harness" if "generate" in w else "cache"} for w in manifest["workloads"]]
+    if all(r["made"] == "cache" and r["timed"] >= cfg.warmup + cfg.max_repeats for r in rows):
+        return {}
+    return {"input_sets": rows}
 
 
 def source_key(reference: dict, root: Path) -> list:
@@ -103,11 +152,17 @@ def _make(name: str, slot: tuple[Path, tuple], job: dict, command: list[str],
     limits = limits or sandbox.Limits(address_space_bytes=cfg["memory_mb"] << 20)
     limits.wall_s, limits.cpu_s = max(600.0, cfg["timeout_s"]), max(600, cfg["cpu_s"])
     limits.max_output_chars = 1 << 24
-    # The maker runs no candidate: a set may be as large as the cache may hold.
+    # The maker runs no candidate: a set may be as large as the cache may hold, and one set as
+    # large as the machine's memory (it makes one before it knows what a set costs).
     limits.file_size_bytes = max(limits.file_size_bytes, max_bytes())
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if limits.address_space_bytes is not None:
+        limits.address_space_bytes = max(limits.address_space_bytes, ram)
+    if limits.data_bytes is not None:
+        limits.data_bytes = max(limits.data_bytes, ram)
     env = sandbox.clean_env(folder.parent, {"PYTHONPATH": eat_pythonpath()} | (env or {}))
     run = sandbox.run(command, cwd=folder.parent, env=env, limits=limits,
-                      stdin=json.dumps(job | {"dir": str(folder)}))
+                      stdin=json.dumps(job | {"dir": str(folder), "room": room()}))
     made = next((json.loads(line[len(inputs.PROBE_TAG):]) for line in
                  run.stdout.splitlines() if line.startswith(inputs.PROBE_TAG)), None)
     if made is None or "error" in made:
