@@ -130,10 +130,20 @@ def test_fitting_halves_the_largest_size_a_model_allows(tmp_path):
 def test_a_problem_that_does_not_run_is_a_clear_error(tmp_path):
     broken = ELEMENTWISE.format(batch=4, dim=8).replace(
         "return [torch.rand(batch_size, dim)]", "raise ValueError('no inputs today')")
-    with pytest.raises(BadInput, match="its reference does not run on the CPU: "
+    with pytest.raises(BadInput, match=r"3_Broken.py: on the CPU, get_inputs\(\) failed: "
                                        "ValueError: no inputs today"):
         import_kernelbench(problem(tmp_path, "3_Broken.py", broken), tmp_path / "b", "cpu")
     assert not (tmp_path / "b").exists()
+    no_build = ELEMENTWISE.format(batch=4, dim=8).replace("super().__init__()",
+                                                          "super().__init__(); self.w = bogus")
+    with pytest.raises(BadInput, match="on the CPU, its Model does not build: NameError: "
+                                       "name 'bogus' is not defined"):
+        import_kernelbench(problem(tmp_path, "4_NoBuild.py", no_build), tmp_path / "n", "cpu")
+    gpu_only = ELEMENTWISE.format(batch=4, dim=8).replace(
+        "return torch.relu(x)", "torch.cuda.synchronize()\n        return torch.relu(x)")
+    with pytest.raises(BadInput, match=r"on the CPU, its forward failed: .*CUDA.*"
+                                       r"\(it needs a GPU: import it with --runner cuda\)"):
+        import_kernelbench(problem(tmp_path, "5_GpuOnly.py", gpu_only), tmp_path / "g", "cpu")
 
 
 @pytest.mark.slow

@@ -65,7 +65,7 @@ def fitted(reference: str, params: dict, origin: Path, max_bytes: int = FIT_BYTE
     if answer is None or "error" in answer:
         why = answer["error"] if answer else (done.stderr.strip().splitlines() or
                                               [f"the sizing child died ({done.returncode})"])[-1]
-        raise BadInput(f"{origin}: its reference does not run on the CPU: {why[:300]}")
+        raise BadInput(f"{origin}: on the CPU, {why[:400]}")
     new = answer["params"]
     changed = [f"{k} = {params[k]} -> {new[k]}" for k in params if new[k] != params[k]]
     mb, ms = answer["bytes"] / 2 ** 20, answer["call_s"] * 1e3

@@ -33,6 +33,21 @@ def _tensors(value):
             yield from _tensors(v)
 
 
+class ProblemError(Exception):
+    """The problem itself fails on the CPU: which part of it, and how."""
+
+
+def _part(what: str, fn, *args, **kwargs):
+    """fn(*args, **kwargs); a failure not of memory as ProblemError, naming `what` failed."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        if isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "allocate" in str(e)):
+            raise
+        gpu = " (it needs a GPU: import it with --runner cuda)" if "CUDA" in str(e) else ""
+        raise ProblemError(f"{what}: {type(e).__name__}: {e}"[:300] + gpu) from None
+
+
 def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict:
     import torch
 
@@ -42,8 +57,9 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
 
     def build(p: dict, device: str):
         with torch.device(device):
-            model = mod.Model(*mod.init_inputs(**p))
-            return model, mod.inputs(0, **p)
+            init = _part("get_init_inputs() failed", mod.init_inputs, **p)
+            model = _part("its Model does not build", mod.Model, *init)
+            return model, _part("get_inputs() failed", mod.inputs, 0, **p)
 
     def nbytes(p: dict) -> int:
         """Inputs, outputs and parameters; a model whose sizes do not go together raises."""
@@ -62,7 +78,7 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
         try:
             model, args = build(p, "cpu")
             with torch.no_grad():
-                model(*args)
+                _part("its forward failed", model, *args)
                 t0 = time.perf_counter()
                 model(*args)
         except (MemoryError, RuntimeError) as e:
@@ -109,7 +125,9 @@ def main() -> None:
     job = json.loads(sys.stdin.read())
     try:
         answer = fit(**job)
-    except Exception as e:  # the problem itself fails: its get_inputs, its Model
+    except ProblemError as e:  # the problem itself fails: its get_inputs, its Model
+        answer = {"error": str(e)}
+    except Exception as e:
         answer = {"error": f"{type(e).__name__}: {e}"[:300]}
     print(TAG + json.dumps(answer), flush=True)
 
