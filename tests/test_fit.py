@@ -184,3 +184,49 @@ def test_the_suite_sweep_imports_and_judges_every_problem_of_a_checkout(tmp_path
     assert (relu["problem"], relu["status"], relu["import"]) == ("1_Relu", "ok", "ok")
     assert relu["speedup"] > 0  # the reference against itself (how close is the bench's job)
     assert broken["import"] == "failed" and "no inputs today" in broken["message"]
+
+
+HINGE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, predictions, targets):
+        return torch.mean(torch.clamp(1 - predictions * targets, min=0))
+
+batch_size = 8192
+input_shape = (8192,)
+kernel_size = (3, 5)
+
+def get_inputs():
+    return [torch.rand(batch_size, *input_shape), torch.randint(0, 2, (batch_size,)).float()]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_tuple_elements_are_sizes_and_sizes_that_must_match_are_halved_together(tmp_path):
+    """`input_shape = (8192,)`: its element is a parameter (input_shape_0). The forward
+    broadcasts batch x dim against batch, so neither can be halved alone: both are, together."""
+    src = problem(tmp_path, "100_Hinge.py", HINGE)
+    published = load_target(import_kernelbench(src, tmp_path / "pub", "cpu", "published"))
+    assert published.workloads == [{"batch_size": 8192, "input_shape_0": 8192,
+                                    "kernel_size_0": 3, "kernel_size_1": 5}]
+    ref, params = reference(tmp_path, "100_Hinge.py", HINGE)
+    fit, _ = fitted(ref, params, tmp_path, max_bytes=16 << 20, max_call_s=1e9)
+    # 2048 x 2048 floats are 16 MiB, and the targets a little more: 1024, kernel sizes kept
+    assert fit == {"batch_size": 1024, "input_shape_0": 1024, "kernel_size_0": 3,
+                   "kernel_size_1": 5}
+    target = load_target(import_kernelbench(src, tmp_path / "fit", "cpu"))
+    assert target.workloads[0]["batch_size"] == target.workloads[0]["input_shape_0"] < 8192
+    assert verdict_ok(target)
+
+
+def verdict_ok(target) -> bool:
+    cfg = target.evaluation.model_copy(update={
+        "seeds": 1, "warmup": 1, "min_repeats": 3, "max_repeats": 3})
+    ev = runner_for(target).evaluate(target, target.baseline_source(), config=cfg)
+    return ev.status == "ok"

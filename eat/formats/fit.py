@@ -101,13 +101,17 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
             if not sizes:
                 return None
             k = max(sizes, key=lambda k: (p[k], k))
-            smaller = p | {k: p[k] // 2}
-            try:
-                if meta:
-                    nbytes(smaller)
-                return smaller
-            except Exception:
-                fixed.add(k)  # halving it breaks the model (a divisibility, a fixed layer)
+            # Alone, else with every size equal to it (sizes that must match: a loss whose
+            # predictions are batch x dim and targets batch, broadcast against each other).
+            for keys in ([k], [j for j in sizes if p[j] == p[k]]):
+                smaller = p | {j: p[j] // 2 for j in keys}
+                try:
+                    if meta:
+                        nbytes(smaller)
+                    return smaller
+                except Exception:
+                    pass
+            fixed.add(k)  # halving it breaks the model (a divisibility, a fixed layer)
 
     p = dict(params)
     while size > max_bytes and (smaller := halved(p)) is not None:

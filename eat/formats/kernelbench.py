@@ -23,7 +23,8 @@ TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
 _ADDED = """
 
 # ---- Added by `eat import kernelbench` ----
-# A workload sets any of the int/float constants in _EAT_PARAMS by name. The module's top-level
+# A workload sets any of the int/float constants in _EAT_PARAMS by name (a tuple of numbers,
+# `shape = (4, 8)`, by its elements: shape_0, shape_1). The module's top-level
 # assignments are re-run with those values in place, so sizes derived from them follow, and
 # get_inputs / get_init_inputs run against the result (this module's globals stay as written).
 import types as _eat_types
@@ -62,7 +63,8 @@ def init_inputs(**params):
 _HEADER = """Imported by `eat import kernelbench` from {src}.
 A candidate is a Python file defining class ModelNew(nn.Module) like Model; it is built as
 Model is (torch.manual_seed(0), ModelNew(*init_inputs)) and called with the inputs.
-Workload parameters are the problem's int/float constants; add workloads to try other sizes."""
+Workload parameters are the problem's int/float constants (a tuple's elements as name_0,
+name_1, ...); add workloads to try other sizes."""
 
 
 def _constant(node: ast.expr):
@@ -79,6 +81,19 @@ def _constant(node: ast.expr):
         except (ValueError, SyntaxError, TypeError):
             return None
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _elements(node: ast.stmt, names: dict) -> list | None:
+    """The numbers of `name = (n0, n1, ...)`, a tuple of int/float constants bound to one name
+    whose element names (name_0, ...) the module does not use; else None."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Tuple)):
+        return None
+    items = [_constant(e) for e in node.value.elts]
+    name = node.targets[0].id
+    if not items or None in items or any(f"{name}_{i}" in names for i in range(len(items))):
+        return None
+    return items
 
 
 def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda",
@@ -103,18 +118,29 @@ def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda",
     require_free(names, ("ModelNew", "inputs", "init_inputs"), src)
 
     params: dict[str, int | float] = {}
+    elements: dict[str, list[str]] = {}  # a tuple's name -> its elements' parameters
     assignments = []
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            assignments.append(ast.get_source_segment(source, node))
+            statement = ast.get_source_segment(source, node)
             value = _constant(node.value) if isinstance(node, ast.Assign) else None
+            items = _elements(node, names)
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 for n in ast.walk(target):
                     if isinstance(n, ast.Name):
+                        for k in elements.pop(n.id, []):
+                            params.pop(k, None)  # a tuple's elements, the tuple rebound
                         if value is not None and n is target:
                             params[n.id] = value
                         else:  # bound to something computed: not a plain size (any more)
                             params.pop(n.id, None)
+            if items:  # `shape = (32768,)`: each element a parameter, the tuple made of them
+                name = node.targets[0].id
+                elements[name] = [f"{name}_{i}" for i in range(len(items))]
+                params |= dict(zip(elements[name], items))
+                assignments += [f"{name}_{i} = {v!r}" for i, v in enumerate(items)]
+                statement = f"{name} = ({', '.join(f'{name}_{i}' for i in range(len(items)))},)"
+            assignments.append(statement)
 
     source = source.rstrip() + "\n"
     reference = source + _ADDED.format(
