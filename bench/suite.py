@@ -12,15 +12,17 @@ level takes minutes, not hours). A reference judged against itself should be `ok
 Prints a line per problem as it ends (level, name, status, speedup, wall seconds, why it
 failed), then `N ok / M` and how many of the ok ones are within 0.8-1.25x; `--json`: one object
 {"problems": [...], "ok", "total", "within", "wall_s"}. Problems run `--jobs` at a time (default
-1): timing still takes one slot per device, but on two cores another problem's import and
-input sets beside it skewed 7 of 200 ratios out of 0.8-1.25x (each was within it alone). Each
-problem's input sets are removed once it is judged.
+1). Timing takes one slot per device; on the CPU, with more than one job, the last core is kept
+for timing alone (this process and every child but the timing one run on the others), so one
+problem's import, input sets and verification overlap another's timing without sharing its
+core. Each problem's input sets are removed once it is judged.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -54,7 +56,7 @@ def problems(root: Path, levels: list[int], only: str | None) -> list[tuple[int,
 
 
 def judge(level: int, src: Path, runner: str, sizes: str | None, runners: dict,
-          lock: threading.Lock) -> dict:
+          lock: threading.Lock, timing_core: dict) -> dict:
     """Import one problem and evaluate its reference as the candidate."""
     t0 = time.monotonic()
     row = {"level": level, "problem": src.stem, "import": "ok", "status": None,
@@ -69,7 +71,7 @@ def judge(level: int, src: Path, runner: str, sizes: str | None, runners: dict,
         with lock:  # one runner per kind: its probe (a torch import) is paid once
             kind = (target.runner, target.language)
             if kind not in runners:
-                runners[kind] = runner_for(target)
+                runners[kind] = runner_for(target, **timing_core)
         try:
             ev = runners[kind].evaluate(target, target.baseline_source(), config=SWEEP)
             row |= {"status": ev.status, "speedup": ev.speedup,
@@ -106,8 +108,14 @@ def main() -> None:
     if not todo:
         raise SystemExit(f"{args.dir}: no problems (level*/NN_*.py) found")
     t0, runners, lock, rows = time.monotonic(), {}, threading.Lock(), []
+    timing_core = {}
+    cores = sorted(os.sched_getaffinity(0))
+    if args.runner == "cpu" and args.jobs > 1 and len(cores) > 1:
+        timing_core = {"cpu": cores[-1]}
+        os.sched_setaffinity(0, cores[:-1])  # inherited by every child; the timer pins itself
     with ThreadPoolExecutor(args.jobs) as pool:
-        for row in pool.map(lambda p: judge(*p, args.runner, args.sizes, runners, lock), todo):
+        for row in pool.map(lambda p: judge(*p, args.runner, args.sizes, runners, lock,
+                                            timing_core), todo):
             rows.append(row)
             if not args.json:
                 print(line(row), flush=True)
