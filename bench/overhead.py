@@ -40,7 +40,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 import eat.learning
 import eat.run
 import eat.supervisor
-import eat.team
+import eat.turn
 import eat.workspace
 from eat.agents.offline import OfflineAgent, render
 from eat.config import RunConfig
@@ -48,7 +48,8 @@ from eat.events import CandidateEvaluated, RunStarted, TeamSpawned
 from eat.run import resume_run, start_run
 from eat.runners.base import Evaluation, Stat, WorkloadResult, source_hash
 from eat.target import load_target
-from eat.team import evaluated_event, load_presets
+from eat.team import load_presets
+from eat.turn import evaluated_event
 from eat.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +93,7 @@ class Probe:
              ("candidate files", [(eat.workspace.Workspace, "write_candidate"),
                                   (eat.workspace.Workspace, "set_best")]),
              ("LEARNING.md", [(eat.learning, "update")]),
-             ("team notes", [(eat.team, "write_notes"), (eat.supervisor, "write_notes"),
+             ("team notes", [(eat.turn, "write_notes"), (eat.supervisor, "write_notes"),
                              (eat.run, "write_notes")]),
              ("agent", [(OfflineAgent, "propose")]),
              ("graph checkpoint", [(SqliteSaver, "put"), (SqliteSaver, "put_writes"),

@@ -37,9 +37,18 @@ class RunContext:
     written: dict = field(default_factory=dict)  # derived file -> text last written
     halt: Any = None                       # a Stop a turn found (no team left, unusable model)
     executor: Any = None                   # LocalExecutor while turns run on worker threads
-    reserved: int = 0                      # evaluations promised to turns in flight
-    claims: dict = field(default_factory=dict)  # source hash -> team: sources in flight
+    turns: dict[str, Any] = field(default_factory=dict)  # team -> its turn.Turn in flight
     steering: Any = None                   # eat.steer.Steering while the run watches for edits
+
+    @property
+    def reserved(self) -> int:
+        """Evaluations promised to the turns in flight."""
+        return sum(t.held for t in self.turns.values())
+
+    @property
+    def claims(self) -> dict[str, str]:
+        """Sources the turns in flight are evaluating: source hash -> team."""
+        return {digest: t.team for t in self.turns.values() for digest in t.claims}
 
     def pause(self) -> None:
         """Wait out an LLM outage: 30 s, doubling with each consecutive one, at most 10 min."""

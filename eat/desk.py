@@ -18,16 +18,18 @@ import time
 import uuid
 from pathlib import Path
 
-from eat.agents.base import Proposal
+from typing import TYPE_CHECKING
+
+from eat.agents.base import Proposal, start_candidate
 from eat.budget import why_stop
-from eat.context import RunContext
 from eat.errors import BadInput
-from eat.agents.base import start_candidate
 from eat.events import AttemptFailed, CandidateChecked
 from eat.llm import redact
 from eat.runners.base import Evaluation, source_hash
-from eat.team import Turn, _claim, _evaluate, _reserve
 from eat.workspace import Paths, write_atomic
+
+if TYPE_CHECKING:  # a turn.Turn calls its desk; the desk only calls the turn's methods
+    from eat.turn import Turn
 
 KINDS = ("submit", "check", "profile")
 
@@ -48,9 +50,9 @@ def reply_of(ev: Evaluation, **extra) -> dict:
 class Desk:
     """The check/submit service of one team's turn; any thread (writes go through `ctx`)."""
 
-    def __init__(self, turn: Turn, ctx: RunContext, parent: str | None = None):
-        self.turn, self.ctx, self.parent = turn, ctx, parent
-        self.cfg = ctx.config
+    def __init__(self, turn: Turn, parent: str | None = None):
+        self.turn, self.ctx, self.parent = turn, turn.ctx, parent
+        self.cfg = turn.ctx.config
         self.steps = self.submitted = 0
         self.last = None                  # the turn's latest CandidateEvaluated
         self.started = time.monotonic()
@@ -88,15 +90,15 @@ class Desk:
         if refused := self._refused():
             return refused
         ctx, turn = self.ctx, self.turn
-        if not ctx.on_main(lambda: _claim(ctx, turn, source)):
+        if not turn.claim(source):
             known = ctx.on_main(lambda: ctx.state.hashes.get(source_hash(source)))
             return {"status": "duplicate", "message": "this source was evaluated already"
                     + (f" as {known}" if known else " (or is being evaluated)"),
                     "candidate": known or None}
-        if turn.held == 0 and not ctx.on_main(lambda: _reserve(ctx, turn)):
+        if turn.held == 0 and not turn.reserve():
             return {"status": "refused", "message": "refused: the run's evaluations are spent"}
         idea = redact(" ".join(message.split()))[:200] or "submitted by the agent"
-        event, ev = _evaluate(turn, Proposal(source=source, idea=idea, parent=self.parent), ctx)
+        event, ev = turn.evaluate(Proposal(source=source, idea=idea, parent=self.parent))
         self.submitted += 1
         self.last, self.parent = event, event.candidate
         best = ctx.on_main(lambda: ctx.state.best)
@@ -113,9 +115,9 @@ class Desk:
         ctx = self.ctx
         cfg = (ctx.eval_config or ctx.target.evaluation).model_copy(update={"timed": False})
         ev = ctx.runner.evaluate(ctx.target, source, config=cfg)
-        self.turn.record(ctx, CandidateChecked(team=self.turn.team, source_hash=ev.source_hash,
-                                               status=ev.status, speedup=ev.speedup,
-                                               message=ev.message[:300]))
+        self.turn.record(CandidateChecked(team=self.turn.team, source_hash=ev.source_hash,
+                                          status=ev.status, speedup=ev.speedup,
+                                          message=ev.message[:300]))
         return reply_of(ev)
 
     def profile(self, source: str) -> dict:
@@ -178,21 +180,21 @@ class Desk:
         return done
 
 
-def work_turn(turn: Turn, agent, ctx: RunContext):
+def work_turn(turn: Turn, agent):
     """A turn of an agent that works in the team's worktree: it checks and submits as it goes
     (each submit is kept at once); the turn's event is its last candidate's, or an
     attempt_failed (no_candidate) when it submitted nothing."""
     team = turn.state.teams[turn.team]
     from eat.worktree import prepare
-    parent = prepare(ctx, team, turn.state)
+    parent = prepare(turn.ctx, team, turn.state)
     start = start_candidate(team, turn.state)
-    desk = Desk(turn, ctx, parent=parent or (start.cid if start else None))
+    desk = Desk(turn, parent=parent or (start.cid if start else None))
     why = agent.work(team, turn.state, desk) or "the agent stopped"
     if desk.last is not None:
         return desk.last
-    return turn.record(ctx, AttemptFailed(team=turn.team, kind="no_candidate",
-                                          reason=f"no candidate submitted: {why}"[:500],
-                                          seen_seq=turn.seen))
+    return turn.record(AttemptFailed(team=turn.team, kind="no_candidate",
+                                     reason=f"no candidate submitted: {why}"[:500],
+                                     seen_seq=turn.seen))
 
 
 # -- the client side: `eat submit`, `eat check`, `eat profile` ---------------------------------

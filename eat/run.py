@@ -28,7 +28,9 @@ from eat.state import RunState
 from eat.status import run_status  # noqa: F401  (eat.run starts, resumes and reads runs)
 from eat.steer import Steering
 from eat.target import EvalConfig, Target, load_target
-from eat.team import evaluated_event, load_presets, write_notes
+from eat.notes import write_notes
+from eat.team import load_presets
+from eat.turn import evaluated_event
 from eat.workspace import Workspace, write_atomic
 
 

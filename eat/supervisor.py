@@ -2,7 +2,7 @@
 
     observe -> (stop?) -> detect plateau -> [diagnose -> restructure] -> dispatch
 
-Each node reads and writes the RunContext (the workspace files are the truth); the graph
+Each node (a method of `Supervisor`) reads and writes the RunContext (the workspace files are the truth); the graph
 state holds only the step's small decisions, so a step cut short by a crash re-runs from the
 node that did not finish. Restructure operations carry a key, so a re-run never applies twice.
 """
@@ -28,8 +28,9 @@ from eat.restructure import (Diagnosis, Limits, Operation, decide, diagnose, ope
 from eat.seal import TargetChangedError
 from eat.state import Candidate
 from eat.executors.local import Cancelled, LocalExecutor, default_workers
-from eat.team import (Turn, begin_turn, commit_step, end_turn, pick_team, step as team_step,
-                      write_notes)
+from eat.notes import commit_step, write_notes
+from eat.team import pick_team
+from eat.turn import Turn
 from eat.workspace import source_name
 
 
@@ -86,17 +87,16 @@ def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed | None:
     return event
 
 
-def start_turns(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -> None:
+def start_turns(ctx: RunContext, pool: LocalExecutor) -> None:
     """Give each free worker a turn of the team furthest below its share (one turn per team),
     while the evaluation budget has room for every turn's candidate."""
     while pool.free() > 0 and ctx.state.spent_evals + ctx.reserved < ctx.config.max_evals:
         team = pick_team(ctx, busy=pool.busy)
         if team is None:
             return
-        turn = begin_turn(ctx, team, concurrent=pool.workers > 1)
+        turn = Turn.begin(ctx, team, concurrent=pool.workers > 1)
         agent = ctx.agent_for(team)
-        turns[team.id] = turn
-        pool.start(team.id, lambda turn=turn, agent=agent: team_step(turn, agent, ctx))
+        pool.start(team.id, lambda turn=turn, agent=agent: turn.play(agent))
 
 
 def handle_turn_error(ctx: RunContext, team_id: str, error: BaseException) -> None:
@@ -127,23 +127,43 @@ def stop_agent(ctx: RunContext, team_id: str, why: str) -> None:
         agent.stop(why)
 
 
-def finish_turns(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -> None:
+def finish_turns(ctx: RunContext, pool: LocalExecutor) -> None:
     """The run stops: stop the agents at work, let the turns in flight end and keep what they
     found (their evaluations were reserved within the budget); their errors no longer
     matter."""
     for team_id in list(pool.busy):
         stop_agent(ctx, team_id, "the run stopped")
     for team_id, _, error in pool.drain():
-        end_turn(ctx, turns.pop(team_id))
+        ctx.turns[team_id].release()
         if error is not None and not isinstance(error, (BudgetSpent, LLMError, Cancelled,
                                                         TargetChangedError)):
             raise error
 
 
-def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) -> StateGraph:
-    """The supervisor's graph over `ctx`; `pool` runs the teams' turns (`turns`: in flight)."""
+class Supervisor:
+    """The graph's nodes over one run, one method each: they read and write `ctx` (the
+    workspace files are the truth) and return the step's small decisions; `pool` runs the
+    teams' turns."""
 
-    def observe(s: Step) -> Step:
+    def __init__(self, ctx: RunContext, pool: LocalExecutor):
+        self.ctx, self.pool = ctx, pool
+
+    def graph(self) -> StateGraph:
+        """observe -> (stop?) -> detect -> [diagnose -> restructure] -> dispatch."""
+        g = StateGraph(Step)
+        for name in ("observe", "detect", "diagnose", "restructure", "dispatch"):
+            g.add_node(name, getattr(self, name))
+        g.add_edge(START, "observe")
+        g.add_conditional_edges("observe", lambda s: END if s.get("stop") else "detect")
+        g.add_conditional_edges("detect", lambda s: "diagnose" if s["plateaus"] else "dispatch")
+        g.add_edge("diagnose", "restructure")
+        g.add_edge("restructure", "dispatch")
+        g.add_edge("dispatch", END)
+        return g
+
+    def observe(self, s: Step) -> Step:
+        """Take people's edits, score decisions whose candidates are in, say whether to stop."""
+        ctx = self.ctx
         if ctx.steering is not None:
             ctx.steering.take(ctx)  # people's edits the dispatch wait did not already take
         verdicts = score(ctx.state, ctx.state.cfg.score_after)
@@ -156,7 +176,9 @@ def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
         stop = should_stop(ctx)
         return {"stop": asdict(stop) if stop else None, "at_seq": ctx.state.seq}
 
-    def detect(s: Step) -> Step:
+    def detect(self, s: Step) -> Step:
+        """Plateaus, after re-timing the elite they would rest on."""
+        ctx = self.ctx
         if not ctx.config.supervise:
             return {"plateaus": [], "at_seq": ctx.state.seq}
         plateaus = detect_plateaus(ctx.state, ctx.state.cfg)
@@ -169,7 +191,10 @@ def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
             ctx.record(p.event())
         return {"plateaus": [asdict(p) for p in plateaus], "at_seq": ctx.state.seq}
 
-    def diagnose_node(s: Step) -> Step:
+    def diagnose(self, s: Step) -> Step:
+        """Each plateau's diagnosis by the rules, and the LLM supervisor's operations where
+        one is set and answers validly."""
+        ctx = self.ctx
         plateaus = [Plateau(**p) for p in s["plateaus"]]
         found = [diagnose(p, ctx.state) for p in plateaus]
         out: Step = {"diagnoses": [asdict(d) for d in found], "advised": None}
@@ -186,19 +211,23 @@ def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
                 out["advised"] = [asdict(op) for op in to_operations(decision, ctx.state)]
         return out
 
-    def restructure(s: Step) -> Step:
-        found = [Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])})) for d in s["diagnoses"]]
+    def restructure(self, s: Step) -> Step:
+        """Apply the step's operations (the advisor's, else the rules'), each once: a key per
+        operation lets a step replayed after a crash skip what it applied."""
+        ctx = self.ctx
         if s.get("advised") is not None:
             ops = [Operation(**op) for op in s["advised"]]
         else:
+            found = [Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])}))
+                     for d in s["diagnoses"]]
             ops = decide(found, ctx.state, limits(ctx))
         messages, teams = [], []
         for i, op in enumerate(ops):
             key = f"{s['at_seq']}:{i}"
             if key in ctx.state.applied_keys:
                 continue  # applied before a crash cut this step short
-            seed = ctx.config.seed + ctx.state.seq
-            events = operation_events(op, ctx.state, key, seed, ctx.presets)
+            events = operation_events(op, ctx.state, key, ctx.config.seed + ctx.state.seq,
+                                      ctx.presets)
             for event in events:
                 ctx.record(event)
                 if getattr(event, "op", None) == "retire":
@@ -212,18 +241,19 @@ def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
             commit_step(ctx, "restructure: " + "; ".join(messages), teams)
         return {}
 
-    def dispatch(s: Step) -> Step:
+    def dispatch(self, s: Step) -> Step:
         """Start turns on the free workers, then take the next turn that ends; what ends the
         run is left for the next step's observe to say."""
+        ctx, pool = self.ctx, self.pool
         if should_stop(ctx):  # a step replayed after a crash may find the budget spent
             return {}
         while True:
-            start_turns(ctx, pool, turns)
+            start_turns(ctx, pool)
             if not pool.busy:
                 ctx.halt = Stop("exhausted", "no team has anything left to try")
                 return {}
             team_id, event, error = pool.next_done()
-            end_turn(ctx, turns.pop(team_id))
+            ctx.turns[team_id].release()
             if error is not None:
                 handle_turn_error(ctx, team_id, error)
                 return {}
@@ -231,18 +261,6 @@ def build_graph(ctx: RunContext, pool: LocalExecutor, turns: dict[str, Turn]) ->
                 write_notes(ctx.state.teams[team_id], ctx)  # exhausted: detection retires it
                 continue
             return {"dispatched": getattr(event, "candidate", None)}
-
-    g = StateGraph(Step)
-    for name, fn in [("observe", observe), ("detect", detect), ("diagnose", diagnose_node),
-                     ("restructure", restructure), ("dispatch", dispatch)]:
-        g.add_node(name, fn)
-    g.add_edge(START, "observe")
-    g.add_conditional_edges("observe", lambda s: END if s.get("stop") else "detect")
-    g.add_conditional_edges("detect", lambda s: "diagnose" if s["plateaus"] else "dispatch")
-    g.add_edge("diagnose", "restructure")
-    g.add_edge("restructure", "dispatch")
-    g.add_edge("dispatch", END)
-    return g
 
 
 def run(ctx: RunContext) -> Stop:
@@ -255,26 +273,25 @@ def run(ctx: RunContext) -> Stop:
     conn.execute("PRAGMA synchronous=NORMAL")
     saver = SqliteSaver(conn)
     pool = LocalExecutor(ctx.config.workers or default_workers())
-    turns: dict[str, Turn] = {}
     ctx.executor = pool
     if ctx.steering is not None:  # an edit wakes the main thread even while turns run
         ctx.steering.wake = lambda: pool.post(lambda: ctx.steering.take(ctx))
     try:
-        graph = build_graph(ctx, pool, turns).compile(checkpointer=saver)
+        graph = Supervisor(ctx, pool).graph().compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "supervisor"}}
         snap = graph.get_state(cfg)
         n = snap.values.get("step", 0) if snap.values else 0
         if snap.next:  # the last step was cut short: finish it first
             out = graph.invoke(None, cfg, durability="sync")
             if out.get("stop"):
-                finish_turns(ctx, pool, turns)
+                finish_turns(ctx, pool)
                 return Stop(**out["stop"])
         while True:
             n += 1
             out = graph.invoke({"step": n, "stop": None, "plateaus": [], "diagnoses": [],
                                 "advised": None, "dispatched": None}, cfg, durability="sync")
             if out.get("stop"):
-                finish_turns(ctx, pool, turns)
+                finish_turns(ctx, pool)
                 return Stop(**out["stop"])
             if n % PRUNE_EVERY == 0:
                 # Between steps the checkpoint holds nothing a resume needs: keep it small.
