@@ -11,7 +11,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 from eat.config import PlateauConfig
 from eat.events import (AttemptFailed, CandidateChecked, CandidateEvaluated, EliteRetimed, Event,
@@ -173,6 +173,8 @@ def _better(new: float | None, ref: float | None, threshold: float) -> bool:
 class RunState:
     """Teams, candidates, the best, plateau counters and pending scores, from events."""
 
+    _FOLDS: ClassVar[dict[type, Callable[[RunState, Any], None]]] = {}  # filled below the class
+
     def __init__(self, plateau: PlateauConfig | None = None):
         self.cfg = plateau or PlateauConfig()
         self.target = ""
@@ -270,58 +272,63 @@ class RunState:
     # -- folding -----------------------------------------------------------------------------
 
     def apply(self, e: Event) -> None:
+        """Fold one event in."""
         self.seq = e.seq
         self.elapsed_s = max(self.elapsed_s, e.elapsed_s)
-        match e:
-            case RunStarted():
-                self.target = e.target
-            case TeamSpawned():
-                offset = min((t.turns for t in self.active_teams()), default=0.0)
-                self.teams[e.team] = Team(id=e.team, preset=e.preset, strategy=e.strategy,
-                                          directive=e.directive, share=e.share,
-                                          start_from=e.start_from, avoid=list(e.avoid), seed=e.seed,
-                                          offset=offset, roles=list(e.roles))
-            case CandidateEvaluated():
-                self._evaluated(e)
-            case EliteRetimed():
-                self._retimed(e)
-            case PlateauDetected():
-                self.plateaus += 1
-                self.flagged[(e.scope, e.team, e.kind)] = e.window
-                if e.kind == "opened":
-                    self.opened.update(e.evidence[:1])
-            case Restructured():
-                self._restructured(e)
-            case LLMCalled():
-                self.usage.add(e)
-                self.agent_usage.setdefault(e.agent, Usage()).add(e)
-                if e.team in self.teams:
-                    self.teams[e.team].usage.add(e)
-            case SupervisorAdvised():
-                self.supervisor_notes.extend(e.lessons)
-            case PlanUpdated():
-                if e.team in self.teams:
-                    self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
-            case AttemptFailed():
-                self._attempt_failed(e)
-            case CandidateChecked():
-                self.checks += 1
-            case TeamExhausted():
-                if e.team in self.teams:
-                    self.teams[e.team].exhausted = True
-            case HumanSteered():
-                self.steering.add(e)
-                if e.ref:
-                    self.steer_refs.add(e.ref)
-                if e.source == "directive" and e.team in self.teams:
-                    self.teams[e.team].directive = e.text
-            case RestructureScored():
-                self.pending = [p for p in self.pending if p.seq != e.restructure]
-                if arm := self.restructure_arms.get(e.restructure):
-                    n, wins = self.arm_stats.get(arm, (0, 0))
-                    self.arm_stats[arm] = (n + 1, wins + e.helped)
-                self._lesson(Lesson([e.by] if e.by else [], scored=e,
-                                    what=self.restructure_ops.get(e.restructure, "")))
+        fold = self._FOLDS.get(type(e))
+        if fold is not None:
+            fold(self, e)
+
+    def _started(self, e: RunStarted) -> None:
+        self.target = e.target
+
+    def _spawned(self, e: TeamSpawned) -> None:
+        offset = min((t.turns for t in self.active_teams()), default=0.0)
+        self.teams[e.team] = Team(id=e.team, preset=e.preset, strategy=e.strategy,
+                                  directive=e.directive, share=e.share,
+                                  start_from=e.start_from, avoid=list(e.avoid), seed=e.seed,
+                                  offset=offset, roles=list(e.roles))
+
+    def _plateau(self, e: PlateauDetected) -> None:
+        self.plateaus += 1
+        self.flagged[(e.scope, e.team, e.kind)] = e.window
+        if e.kind == "opened":
+            self.opened.update(e.evidence[:1])
+
+    def _called(self, e: LLMCalled) -> None:
+        self.usage.add(e)
+        self.agent_usage.setdefault(e.agent, Usage()).add(e)
+        if e.team in self.teams:
+            self.teams[e.team].usage.add(e)
+
+    def _advised(self, e: SupervisorAdvised) -> None:
+        self.supervisor_notes.extend(e.lessons)
+
+    def _planned(self, e: PlanUpdated) -> None:
+        if e.team in self.teams:
+            self.teams[e.team].plan = [i | {"tried": None} for i in e.ideas]
+
+    def _checked(self, e: CandidateChecked) -> None:
+        self.checks += 1
+
+    def _exhausted(self, e: TeamExhausted) -> None:
+        if e.team in self.teams:
+            self.teams[e.team].exhausted = True
+
+    def _steered(self, e: HumanSteered) -> None:
+        self.steering.add(e)
+        if e.ref:
+            self.steer_refs.add(e.ref)
+        if e.source == "directive" and e.team in self.teams:
+            self.teams[e.team].directive = e.text
+
+    def _scored(self, e: RestructureScored) -> None:
+        self.pending = [p for p in self.pending if p.seq != e.restructure]
+        if arm := self.restructure_arms.get(e.restructure):
+            n, wins = self.arm_stats.get(arm, (0, 0))
+            self.arm_stats[arm] = (n + 1, wins + e.helped)
+        self._lesson(Lesson([e.by] if e.by else [], scored=e,
+                            what=self.restructure_ops.get(e.restructure, "")))
 
     def _attempt_failed(self, e: AttemptFailed) -> None:
         # An outage is the provider's failure, not the team's: it must not make a team look
@@ -355,30 +362,10 @@ class RunState:
         self.hashes.setdefault(c.source_hash, c.cid)
         last = self.recent[-1] if self.recent else None
         self.recent.append(c)
-        team = self.teams.get(e.team)
-        if team and team.local and last is not None and last.team == team.id and \
-                team.best is last:
-            # The team played on because its last candidate improved its best (see
-            # team.pick_team): a turn given for climbing, not taken from the others' share.
-            team.offset -= 1 / team.share
         threshold = self.threshold()
-        if team and e.plan_item is not None and e.plan_item < len(team.plan):
-            team.plan[e.plan_item]["tried"] = c.cid
+        team = self.teams.get(e.team)
         if team:
-            team.evals += 1
-            team.repeats = 0
-            self._clear("team", team.id, "repeating")
-            team.failures = 0 if c.status == "ok" else team.failures + 1
-            if c.status == "ok":
-                self._clear("team", team.id, "failing")
-            if _better(c.estimate, team.best_estimate, threshold):
-                team.since_improvement = 0
-                self._clear("team", team.id, "stalled", "converged")
-            else:
-                team.since_improvement += 1
-            if c.estimate is not None and (team.best_estimate is None
-                                           or c.estimate > team.best_estimate):
-                team.best = c
+            self._team_evaluated(team, c, last, threshold, e.plan_item)
         previous = self.best
         if _better(c.estimate, self.best_speedup, threshold):
             self.since_improvement = 0
@@ -391,14 +378,35 @@ class RunState:
                 self._lesson(Lesson([c.cid] + ([previous.cid] if previous else []), new=c,
                                     old=previous, new_x=c.estimate,
                                     old_x=previous.estimate if previous else None))
-            for knob, value in c.knobs.items():
-                stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
-                stat[0] += 1
-                if stat[1] is None or c.estimate > stat[1]:
-                    stat[1], stat[2] = c.estimate, c.cid
+        for knob, value in c.knobs.items():
+            stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
+            stat[0] += 1
+            if c.estimate is not None and (stat[1] is None or c.estimate > stat[1]):
+                stat[1], stat[2] = c.estimate, c.cid
+
+    def _team_evaluated(self, team: Team, c: Candidate, last: Candidate | None,
+                        threshold: float, plan_item: int | None) -> None:
+        """A candidate of `team` evaluated (`last`: the run's candidate before it)."""
+        if team.local and last is not None and last.team == team.id and team.best is last:
+            # The team played on because its last candidate improved its best (see
+            # team.pick_team): a turn given for climbing, not taken from the others' share.
+            team.offset -= 1 / team.share
+        if plan_item is not None and plan_item < len(team.plan):
+            team.plan[plan_item]["tried"] = c.cid
+        team.evals += 1
+        team.repeats = 0
+        self._clear("team", team.id, "repeating")
+        team.failures = 0 if c.status == "ok" else team.failures + 1
+        if c.status == "ok":
+            self._clear("team", team.id, "failing")
+        if _better(c.estimate, team.best_estimate, threshold):
+            team.since_improvement = 0
+            self._clear("team", team.id, "stalled", "converged")
         else:
-            for knob, value in c.knobs.items():
-                self.knob_stats.setdefault((knob, str(value)), [0, None, None])[0] += 1
+            team.since_improvement += 1
+        if c.estimate is not None and (team.best_estimate is None
+                                       or c.estimate > team.best_estimate):
+            team.best = c
 
     def _clear(self, scope: str, team: str | None, *kinds: str) -> None:
         """A counter was reset: a plateau of these kinds may be declared again."""
@@ -502,3 +510,15 @@ class RunState:
                                         best_before=e.best_before,
                                         at={t: self.teams[t].evals for t in judged},
                                         arm=e.params.get("arm")))
+
+
+# The fold of each kind of event that changes the state (RunState.apply).
+RunState._FOLDS.update({
+    RunStarted: RunState._started, TeamSpawned: RunState._spawned,
+    CandidateEvaluated: RunState._evaluated, EliteRetimed: RunState._retimed,
+    PlateauDetected: RunState._plateau, Restructured: RunState._restructured,
+    LLMCalled: RunState._called, SupervisorAdvised: RunState._advised,
+    PlanUpdated: RunState._planned, AttemptFailed: RunState._attempt_failed,
+    CandidateChecked: RunState._checked, TeamExhausted: RunState._exhausted,
+    HumanSteered: RunState._steered, RestructureScored: RunState._scored,
+})
