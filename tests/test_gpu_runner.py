@@ -78,7 +78,7 @@ def test_binding_moves_memory_and_times_events(fake_rt):
     rt.record(start)
     time.sleep(0.01)
     rt.record(end)
-    assert 0.009 < rt.elapsed_s(start, end) < 1.0
+    assert rt.elapsed_s(start, end) > 0.009  # the events bracket the sleep
     rt.free(ptr)
 
 

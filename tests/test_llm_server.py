@@ -197,7 +197,7 @@ def test_hang_beyond_timeout_raises_timeout(llm_server):
     elapsed = time.monotonic() - t0
     assert type(exc) is litellm.exceptions.Timeout
     assert exc.status_code == 408
-    assert 0.9 < elapsed < 4
+    assert 0.9 < elapsed < 9  # ended by the 1 s timeout, not by the 10 s hang
     assert len(llm_server.requests) == 1
 
 
