@@ -1,8 +1,8 @@
 """Every LLM call eat makes: litellm, our own retries, usage and cost, the spend cap.
 
 litellm is imported on first use (it costs ~3 s and, unless told otherwise, reaches for the
-network at import). Retries are ours alone (`num_retries=0`, the SDK's off), driven by RETRY:
-one row per litellm exception class; a class litellm adds that the table lacks fails a test.
+network at import). Retries are ours alone (`num_retries=0`, the SDK's off), decided by the
+status the provider answered (`retryable`), whichever exception class litellm raises for it.
 """
 
 from __future__ import annotations
@@ -19,25 +19,9 @@ from pydantic import BaseModel, Field
 from eat.errors import EatError
 from eat.runners.sandbox import looks_secret
 
-# litellm exception class -> retry it? Looked up along the raised class's MRO.
-RETRY: dict[str, bool] = {
-    "RateLimitError": True, "CallerCredentialRateLimitError": True, "Timeout": True,
-    "APIConnectionError": True, "InternalServerError": True, "ServiceUnavailableError": True,
-    "BadGatewayError": True, "MidStreamFallbackError": True, "APIError": True,
-    "APIResponseValidationError": True,
-    "AuthenticationError": False, "CallerCredentialAuthenticationError": False,
-    "PermissionDeniedError": False, "PaymentRequiredError": False, "NotFoundError": False,
-    "BadRequestError": False, "InvalidRequestError": False, "UnprocessableEntityError": False,
-    "ContextWindowExceededError": False, "ContentPolicyViolationError": False,
-    "UnsupportedParamsError": False, "UnsupportedEndpointError": False,
-    "EndpointNotSupportedByModelError": False, "MalformedRequestFieldError": False,
-    "JSONSchemaValidationError": False, "BudgetExceededError": False,
-    "BlockedPiiEntityError": False, "GuardrailRaisedException": False,
-    "SensitiveDataRouteException": False, "RejectedRequestError": False,
-    "ModifyResponseException": False, "ImageFetchError": False, "VectorStoreSearchError": False,
-    "LiteLLMUnknownProvider": False, "ModelNotMappedError": False, "MockException": False,
-    "OpenAIError": False,
-}
+# Statuses another try may well not get: the provider's pace (429), a timeout (408), a
+# conflict (409); every 5xx too. Other 4xx are the request's fault and stay so.
+RETRY_STATUSES = frozenset({408, 409, 429})
 
 
 class LLMError(EatError):
@@ -97,13 +81,13 @@ def redact(text: str) -> str:
 
 
 def retryable(exc: BaseException) -> bool:
-    # litellm maps some statuses to generic classes (403 arrives as APIError): the status decides.
-    if getattr(exc, "status_code", None) in (400, 401, 402, 403, 404, 422):
-        return False
-    for cls in type(exc).__mro__:
-        if cls.__name__ in RETRY:
-            return RETRY[cls.__name__]
-    return False
+    """Whether a failed call may succeed when tried again, by what the provider answered: its
+    status (litellm gives every exception one; 403 arrives as a generic APIError, so the status
+    decides, not the class), else a timeout or a dropped connection."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status in RETRY_STATUSES or status >= 500
+    return isinstance(exc, (TimeoutError, ConnectionError))
 
 
 def check_model(model: str, api_base: str | None = None) -> None:

@@ -1,10 +1,8 @@
 """eat's LLM client against a real OpenAI-compatible server on 127.0.0.1: retries, usage, cost."""
 
-import inspect
-
 import pytest
 
-from eat.llm import RETRY, BudgetSpent, LLMClient, LLMError, LLMSettings, _litellm, redact
+from eat.llm import BudgetSpent, LLMClient, LLMError, LLMSettings, redact
 
 MODEL = "openai/eat-test-model"
 
@@ -15,11 +13,31 @@ def client(server, calls, **kw):
     return LLMClient(settings, record=calls.append, sleep=lambda s: None, **kw)
 
 
-def test_every_litellm_exception_class_has_a_retry_decision():
-    litellm = _litellm()
-    classes = {n for n, c in vars(litellm.exceptions).items()
-               if inspect.isclass(c) and issubclass(c, Exception)}
-    assert classes - RETRY.keys() == set(), "add these to eat.llm.RETRY"
+@pytest.mark.parametrize("status, retried", [
+    (429, True), (500, True), (502, True), (503, True), (504, True), (408, True),
+    (400, False), (401, False), (402, False), (403, False), (404, False), (422, False)])
+def test_what_the_server_answered_decides_a_retry(llm_server, status, retried):
+    """Whatever class litellm raises for a status (it changes between releases), a busy or
+    failing provider is tried again and a request it refuses is not."""
+    llm_server.error(status, "no").reply("ok")
+    calls = []
+    chat = lambda: client(llm_server, calls, attempts=2).chat(  # noqa: E731
+        [{"role": "user", "content": "x"}], agent="a")
+    if retried:
+        assert chat() == "ok"
+    else:
+        with pytest.raises(LLMError) as e:
+            chat()
+        assert not e.value.retryable
+    assert len(llm_server.requests) == (2 if retried else 1)
+
+
+def test_a_dropped_connection_and_a_malformed_reply_are_retried(llm_server):
+    llm_server.drop().malformed().reply("ok")
+    calls = []
+    assert client(llm_server, calls, attempts=3).chat([{"role": "user", "content": "x"}],
+                                                      agent="a") == "ok"
+    assert [c.ok for c in calls] == [False, False, True]
 
 
 def test_reply_usage_and_cached_tokens_are_recorded(llm_server):
