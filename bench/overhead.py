@@ -72,13 +72,25 @@ class FakeRunner:
         t0 = time.perf_counter()
         h = int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) / 2**32
         speedup = 0.5 + 3.0 * h
-        rows = [WorkloadResult(params=p, candidate=Stat(median_s=1e-3 / speedup,
-                                                        iqr_s=1e-5 / speedup, n=30),
-                               baseline=Stat(median_s=1e-3, iqr_s=1e-5, n=30), speedup=speedup,
-                               gflops=target.metric("flops", p) / (1e-3 / speedup) / 1e9)
-                for p in target.workloads]
-        ev = Evaluation(status="ok", speedup=speedup, target=target.name, runner="fake",
-                        device="none", workloads=rows, source_hash=source_hash(source))
+        rows = [
+            WorkloadResult(
+                params=p,
+                candidate=Stat(median_s=1e-3 / speedup, iqr_s=1e-5 / speedup, n=30),
+                baseline=Stat(median_s=1e-3, iqr_s=1e-5, n=30),
+                speedup=speedup,
+                gflops=target.metric("flops", p) / (1e-3 / speedup) / 1e9,
+            )
+            for p in target.workloads
+        ]
+        ev = Evaluation(
+            status="ok",
+            speedup=speedup,
+            target=target.name,
+            runner="fake",
+            device="none",
+            workloads=rows,
+            source_hash=source_hash(source),
+        )
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         return ev
@@ -87,17 +99,25 @@ class FakeRunner:
 class Probe:
     """Wraps eat functions with timers, and clocks every candidate_evaluated event."""
 
-    SPOTS = [("git commit", [(eat.workspace.Workspace, "commit")]),
-             ("git backlog at stop", [(eat.workspace.Workspace, "flush")]),
-             ("event log", [(eat.workspace.Workspace, "append")]),
-             ("candidate files", [(eat.workspace.Workspace, "write_candidate"),
-                                  (eat.workspace.Workspace, "set_best")]),
-             ("LEARNING.md", [(eat.learning, "update")]),
-             ("team notes", [(eat.turn, "write_notes"), (eat.supervisor, "write_notes"),
-                             (eat.run, "write_notes")]),
-             ("agent", [(OfflineAgent, "propose")]),
-             ("graph checkpoint", [(SqliteSaver, "put"), (SqliteSaver, "put_writes"),
-                                   (SqliteSaver, "get_tuple")])]
+    SPOTS = [
+        ("git commit", [(eat.workspace.Workspace, "commit")]),
+        ("git backlog at stop", [(eat.workspace.Workspace, "flush")]),
+        ("event log", [(eat.workspace.Workspace, "append")]),
+        (
+            "candidate files",
+            [(eat.workspace.Workspace, "write_candidate"), (eat.workspace.Workspace, "set_best")],
+        ),
+        ("LEARNING.md", [(eat.learning, "update")]),
+        (
+            "team notes",
+            [(eat.turn, "write_notes"), (eat.supervisor, "write_notes"), (eat.run, "write_notes")],
+        ),
+        ("agent", [(OfflineAgent, "propose")]),
+        (
+            "graph checkpoint",
+            [(SqliteSaver, "put"), (SqliteSaver, "put_writes"), (SqliteSaver, "get_tuple")],
+        ),
+    ]
 
     def __init__(self, runner: FakeRunner):
         self.runner, self.spent, self.saved = runner, defaultdict(float), []
@@ -122,6 +142,7 @@ class Probe:
                 return fn(*args, **kwargs)
             finally:
                 self.spent[label] += time.perf_counter() - t0
+
         return wrapper
 
     def on_event(self, event, state):
@@ -142,24 +163,31 @@ def part_a(evals: int, tmp: Path, seed: int) -> dict:
     runner = FakeRunner()
     with Probe(runner) as probe:
         t0 = time.perf_counter()
-        _, why = start_run(TARGET, tmp / "a", runner=runner, on_event=probe.on_event,
-                           max_evals=evals, seed=seed)
+        _, why = start_run(
+            TARGET, tmp / "a", runner=runner, on_event=probe.on_event, max_evals=evals, seed=seed
+        )
         wall = time.perf_counter() - t0
     n = len(probe.marks)
     # Commits run on a background thread beside the loop; with an instant runner they fall
     # behind and the stop waits for them. That wait is reported, not counted per candidate.
     backlog = probe.spent.pop("git backlog at stop", 0.0)
     framework = wall - runner.seconds - backlog
-    print(f"(a) fresh run of {n} evaluations ({runner.calls} runner calls incl. re-times): "
-          f"stopped: {why}")
-    print(f"    wall {wall:.2f} s, runner {1e3 * runner.seconds:.1f} ms, framework "
-          f"{1e3 * framework / n:.1f} ms per candidate (target <= {TARGET_MS:g} ms)")
+    print(
+        f"(a) fresh run of {n} evaluations ({runner.calls} runner calls incl. re-times): "
+        f"stopped: {why}"
+    )
+    print(
+        f"    wall {wall:.2f} s, runner {1e3 * runner.seconds:.1f} ms, framework "
+        f"{1e3 * framework / n:.1f} ms per candidate (target <= {TARGET_MS:g} ms)"
+    )
     for label, s in sorted(probe.spent.items(), key=lambda kv: -kv[1]):
         print(f"    {label:<16} {1e3 * s / n:6.2f} ms/candidate  {s / framework:6.1%}")
     rest = framework - sum(probe.spent.values())  # LangGraph itself, state, plateaus, setup
     print(f"    {'rest':<16} {1e3 * rest / n:6.2f} ms/candidate  {rest / framework:6.1%}")
-    print(f"    git backlog waited for at stop (background commits behind an instant runner):"
-          f" {backlog:.2f} s")
+    print(
+        f"    git backlog waited for at stop (background commits behind an instant runner):"
+        f" {backlog:.2f} s"
+    )
     return {"ms": 1e3 * framework / n, "git": probe.spent["git commit"] / framework}
 
 
@@ -176,14 +204,28 @@ def synthetic_workspace(root: Path, events: int, seed: int) -> int:
         event.seq, event.time, event.elapsed_s = len(lines) + 1, clock, 2.0 * len(lines)
         lines.append(event.model_dump_json())
 
-    add(RunStarted(target=target.name, target_path=str(TARGET), model="offline",
-                   config=config.model_dump(mode="json")))
+    add(
+        RunStarted(
+            target=target.name,
+            target_path=str(TARGET),
+            model="offline",
+            config=config.model_dump(mode="json"),
+        )
+    )
     teams = []
     for i, name in enumerate(TEAMS):
         p = presets[name]
         teams.append(f"{p.name}-{i + 1}")
-        add(TeamSpawned(team=teams[-1], preset=p.name, strategy=p.strategy,
-                        directive=p.directive, share=p.share, seed=seed + i))
+        add(
+            TeamSpawned(
+                team=teams[-1],
+                preset=p.name,
+                strategy=p.strategy,
+                directive=p.directive,
+                share=p.share,
+                seed=seed + i,
+            )
+        )
     for i in range(n):
         cid, team = f"c{i + 1:04d}", teams[i % len(teams)]
         knobs = {k: rng.choice(v.values) for k, v in target.knobs.items()}
@@ -213,19 +255,27 @@ def part_b(sizes: list[int], steps: int, tmp: Path, seed: int) -> list[dict]:
         runner = FakeRunner()
         with Probe(runner) as probe:
             inner = eat.supervisor.run  # mark where resuming ends and the supervisor starts
-            eat.supervisor.run = lambda ctx: (probe.mark(), inner(ctx))[1]
+            eat.supervisor.run = lambda ctx, inner=inner: (probe.mark(), inner(ctx))[1]
             try:
                 t0 = time.perf_counter()
-                resume_run(tmp / f"b{size}", runner=runner, on_event=probe.on_event,
-                           max_evals=n + steps)
+                resume_run(
+                    tmp / f"b{size}", runner=runner, on_event=probe.on_event, max_evals=n + steps
+                )
             finally:
                 eat.supervisor.run = inner
         step, git = probe.steps_ms()
         rest = [s - g for s, g in zip(step[1:], git[1:])]
-        rows.append({"events": size, "resume": 1e3 * (probe.marks[0][0] - t0 - probe.marks[0][1]),
-                     "first": step[0],  # also compiles the graph and opens its checkpoint
-                     "mean": statistics.mean(step[1:]), "median": statistics.median(step[1:]),
-                     "git": statistics.median(git[1:]), "rest": statistics.median(rest)})
+        rows.append(
+            {
+                "events": size,
+                "resume": 1e3 * (probe.marks[0][0] - t0 - probe.marks[0][1]),
+                "first": step[0],  # also compiles the graph and opens its checkpoint
+                "mean": statistics.mean(step[1:]),
+                "median": statistics.median(step[1:]),
+                "git": statistics.median(git[1:]),
+                "rest": statistics.median(rest),
+            }
+        )
     return rows
 
 
@@ -233,27 +283,40 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--evals", type=int, default=200, help="evaluations of the fresh run (a)")
     ap.add_argument("--steps", type=int, default=30, help="evaluations after each resume (b)")
-    ap.add_argument("--sizes", type=int, nargs="*", default=[10, 1000, 10000],
-                    help="history lengths in events (b)")
+    ap.add_argument(
+        "--sizes",
+        type=int,
+        nargs="*",
+        default=[10, 1000, 10000],
+        help="history lengths in events (b)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="eat-bench-") as tmp:
         a = part_a(args.evals, Path(tmp), args.seed)
         rows = part_b(args.sizes, args.steps, Path(tmp), args.seed) if args.sizes else []
     print("\nsummary (framework time only: the fake runner's time is subtracted)")
-    print(f"  per candidate, fresh run of {args.evals}: {a['ms']:.1f} ms "
-          f"(target <= {TARGET_MS:g} ms); {a['git']:.0%} of it in git commits")
+    print(
+        f"  per candidate, fresh run of {args.evals}: {a['ms']:.1f} ms "
+        f"(target <= {TARGET_MS:g} ms); {a['git']:.0%} of it in git commits"
+    )
     if not rows:
         return
-    print(f"  steps after resume, ms:  {'events':>7} {'resume':>7} {'1st step':>8} {'mean':>6} "
-          f"{'median':>6} {'git med':>7} {'rest med':>8}")
+    print(
+        f"  steps after resume, ms:  {'events':>7} {'resume':>7} {'1st step':>8} {'mean':>6} "
+        f"{'median':>6} {'git med':>7} {'rest med':>8}"
+    )
     for r in rows:
-        print(f"  {'':<23} {r['events']:>7} {r['resume']:>7.0f} {r['first']:>8.1f} "
-              f"{r['mean']:>6.1f} {r['median']:>6.1f} {r['git']:>7.1f} {r['rest']:>8.1f}")
+        print(
+            f"  {'':<23} {r['events']:>7} {r['resume']:>7.0f} {r['first']:>8.1f} "
+            f"{r['mean']:>6.1f} {r['median']:>6.1f} {r['git']:>7.1f} {r['rest']:>8.1f}"
+        )
     lo, hi = rows[0], rows[-1]
-    print(f"  median step at {hi['events']} events vs {lo['events']}: "
-          f"{hi['median'] / lo['median']:.2f}x (git {hi['git'] / lo['git']:.2f}x, rest "
-          f"{hi['rest'] / lo['rest']:.2f}x); target: no growth with the history's length")
+    print(
+        f"  median step at {hi['events']} events vs {lo['events']}: "
+        f"{hi['median'] / lo['median']:.2f}x (git {hi['git'] / lo['git']:.2f}x, rest "
+        f"{hi['rest'] / lo['rest']:.2f}x); target: no growth with the history's length"
+    )
 
 
 if __name__ == "__main__":

@@ -36,11 +36,15 @@ def torch_softmax(folder: Path, rows_div: int) -> Path:
     src = ROOT / "examples" / "cuda_triton_softmax"
     shutil.copy(src / "reference.py", folder / "reference.py")
     (folder / "baseline.py").write_text(
-        "import torch\n\n\ndef softmax(x):\n    return torch.softmax(x, dim=-1)\n")
+        "import torch\n\n\ndef softmax(x):\n    return torch.softmax(x, dim=-1)\n"
+    )
     toml = (src / "target.toml").read_text()
-    toml = toml[:toml.index("[knobs.")].replace('runner = "cuda"', 'runner = "cpu"').replace(
-        'language = "triton"', 'language = "pytorch"').replace(
-        'name = "cuda_triton_softmax"', 'name = "bench_torch_softmax"')
+    toml = (
+        toml[: toml.index("[knobs.")]
+        .replace('runner = "cuda"', 'runner = "cpu"')
+        .replace('language = "triton"', 'language = "pytorch"')
+        .replace('name = "cuda_triton_softmax"', 'name = "bench_torch_softmax"')
+    )
     for rows in (4096, 16384, 1024):
         toml = toml.replace(f"rows = {rows}\n", f"rows = {rows // rows_div}\n")
     (folder / "target.toml").write_text(toml)
@@ -50,15 +54,23 @@ def torch_softmax(folder: Path, rows_div: int) -> Path:
 def eval_once(target: Path, cache: Path) -> dict:
     env = os.environ | {"EAT_CACHE_DIR": str(cache)}
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "eat", "eval", str(target),
-                           str(target / "baseline.py"), "--json"],
-                          capture_output=True, text=True, env=env, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-m", "eat", "eval", str(target), str(target / "baseline.py"), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     wall = time.monotonic() - t0
     if done.returncode not in (0, 1):
         raise SystemExit(f"eat eval {target} failed: {done.stderr.strip()[-500:]}")
     ev = json.loads(done.stdout)
-    return {"status": ev["status"], "wall_s": wall, "verify_s": ev["durations"].get("verify_s"),
-            "time_s": ev["durations"].get("time_s")}
+    return {
+        "status": ev["status"],
+        "wall_s": wall,
+        "verify_s": ev["durations"].get("verify_s"),
+        "time_s": ev["durations"].get("time_s"),
+    }
 
 
 def main() -> None:
@@ -72,18 +84,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="eat-bench-") as tmp:
         tmp = Path(tmp)
         (tmp / "torch_softmax").mkdir()
-        targets = {"torch_softmax": torch_softmax(tmp / "torch_softmax", args.rows_div),
-                   "mlx_softmax": ROOT / "examples" / "mlx_softmax",
-                   "torch_kit": ROOT / "tests" / "conformance" / "kits" / "torch_cpu"}
+        targets = {
+            "torch_softmax": torch_softmax(tmp / "torch_softmax", args.rows_div),
+            "mlx_softmax": ROOT / "examples" / "mlx_softmax",
+            "torch_kit": ROOT / "tests" / "conformance" / "kits" / "torch_cpu",
+        }
         for name, target in targets.items():
             if args.only and name not in args.only:
                 continue
             cache = tmp / f"cache-{name}"
             cold = eval_once(target, cache)
             warm = [eval_once(target, cache) for _ in range(args.warm)]
-            out[name] = {"cold": cold, "warm": {k: statistics.median(w[k] for w in warm)
-                                                for k in ("wall_s", "verify_s", "time_s")}
-                         | {"status": warm[-1]["status"]}}
+            out[name] = {
+                "cold": cold,
+                "warm": {
+                    k: statistics.median(w[k] for w in warm)
+                    for k in ("wall_s", "verify_s", "time_s")
+                }
+                | {"status": warm[-1]["status"]},
+            }
     if args.json:
         print(json.dumps(out))
         return
@@ -91,8 +110,10 @@ def main() -> None:
     for name, r in out.items():
         for kind in ("cold", "warm"):
             x = r[kind]
-            print(f"{name:<15}{kind:>6}{x['wall_s']:>9.2f}{x['verify_s']:>10.2f}"
-                  f"{x['time_s'] or 0:>9.2f}  {x['status']}")
+            print(
+                f"{name:<15}{kind:>6}{x['wall_s']:>9.2f}{x['verify_s']:>10.2f}"
+                f"{x['time_s'] or 0:>9.2f}  {x['status']}"
+            )
     print(f"(warm: median of {args.warm}; the evaluation's own durations, the process's wall)")
 
 

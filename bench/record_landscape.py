@@ -52,7 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 from eat.agents.offline import render  # noqa: E402
 from eat.doctor import load_peaks  # noqa: E402
-from eat.runners.base import Evaluation, runner_for  # noqa: E402
+from eat.runners import runner_for  # noqa: E402
+from eat.runners.base import Evaluation  # noqa: E402
 from eat.target import Target, load_target  # noqa: E402
 
 # cpu_matmul's grid (384 configurations, 156 distinct programs): the loop nest's best order
@@ -101,7 +102,7 @@ def program_key(target: Target, runner, source: str) -> str:
         src.write_text(source)
         cmd = runner.compile_command(target, src, flags)
         out = cmd.index("-o")
-        cmd = cmd[:out] + cmd[out + 2:] + ["-E", "-P"]
+        cmd = cmd[:out] + cmd[out + 2 :] + ["-E", "-P"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     text = done.stdout if done.returncode == 0 else source
     return hashlib.sha256("\0".join([text, *flags]).encode()).hexdigest()
@@ -114,15 +115,23 @@ def geomean(xs: list[float]) -> float:
 def summary(ev: Evaluation) -> dict:
     """One configuration's record."""
     if not ev.ok:
-        return {"status": ev.status, "speedup": None, "noise": None, "gflops": None,
-                "vendor_gflops": None}
+        return {
+            "status": ev.status,
+            "speedup": None,
+            "noise": None,
+            "gflops": None,
+            "vendor_gflops": None,
+        }
     ws = ev.workloads
-    return {"status": "ok", "speedup": round(ev.speedup, 4),
-            "noise": round(statistics.median(w.candidate.iqr_s / w.candidate.median_s
-                                             for w in ws), 4),
-            "gflops": round(geomean([w.gflops for w in ws]), 2),
-            "vendor_gflops": round(geomean([w.vendor_gflops for w in ws]), 2)
-            if all(w.vendor_gflops for w in ws) else None}
+    return {
+        "status": "ok",
+        "speedup": round(ev.speedup, 4),
+        "noise": round(statistics.median(w.candidate.iqr_s / w.candidate.median_s for w in ws), 4),
+        "gflops": round(geomean([w.gflops for w in ws]), 2),
+        "vendor_gflops": round(geomean([w.vendor_gflops for w in ws]), 2)
+        if all(w.vendor_gflops for w in ws)
+        else None,
+    }
 
 
 def pick(records: list[dict]) -> dict:
@@ -140,8 +149,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "landscapes" / "cpu_matmul.json")
     ap.add_argument("--grid", type=Path, help="JSON object {knob: [values]} (default: GRID)")
     ap.add_argument("--seed", type=int, default=0, help="Seed of the timing orders.")
-    ap.add_argument("--passes", type=int, default=3,
-                    help="Evaluations of each program; the median speedup's is recorded.")
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="Evaluations of each program; the median speedup's is recorded.",
+    )
     args = ap.parse_args()
 
     target = load_target(args.target)
@@ -158,8 +171,10 @@ def main() -> None:
     keys = [program_key(target, runner, s) for s in sources]
     programs = list(dict.fromkeys(keys))  # distinct, in grid order
     first = {k: keys.index(k) for k in programs}
-    print(f"{target.name}: {len(configs)} configurations, {len(programs)} distinct programs",
-          flush=True)
+    print(
+        f"{target.name}: {len(configs)} configurations, {len(programs)} distinct programs",
+        flush=True,
+    )
     # Each program is evaluated once per pass (each pass in its own shuffled order) and
     # recorded from its evaluation of median speedup: the baseline is timed anew in every
     # evaluation, and on a busy machine one slow baseline timing would make a false optimum.
@@ -180,27 +195,37 @@ def main() -> None:
             device = device or (ev.device if ev.ok else "")
             done += 1
             shown = " ".join(f"{k}={v}" for k, v in configs[i].items())
-            what = (f"{r['speedup']:.2f}x {r['gflops']:.1f} GFLOP/s "
-                    f"({r['gflops'] / r['vendor_gflops']:.2f} of the vendor)"
-                    if r["status"] == "ok" and r["vendor_gflops"] else
-                    f"{ev.status}: {ev.message}")
+            what = (
+                f"{r['speedup']:.2f}x {r['gflops']:.1f} GFLOP/s "
+                f"({r['gflops'] / r['vendor_gflops']:.2f} of the vendor)"
+                if r["status"] == "ok" and r["vendor_gflops"]
+                else f"{ev.status}: {ev.message}"
+            )
             elapsed = time.monotonic() - t_start
-            print(f"[pass {p + 1}/{args.passes}, {done}/{total}] {shown}: {what}  "
-                  f"{time.monotonic() - t0:.1f} s (eta {elapsed / done * (total - done) / 60:.0f}"
-                  " min)", flush=True)
+            print(
+                f"[pass {p + 1}/{args.passes}, {done}/{total}] {shown}: {what}  "
+                f"{time.monotonic() - t0:.1f} s (eta {elapsed / done * (total - done) / 60:.0f}"
+                " min)",
+                flush=True,
+            )
     results = {k: pick(rs) for k, rs in runs.items()}
 
-    data = {"target": target.name, "recorded": datetime.date.today().isoformat(),
-            "device": device,
-            "eval": {**{k: getattr(cfg, k) for k in TIMING}, "programs": len(programs),
-                     "passes": args.passes,
-                     "minutes": round((time.monotonic() - t_start) / 60, 1),
-                     "shared": "configurations whose preprocessed source and flags are "
-                               "identical were timed as one program",
-                     "recorded": "per program, its evaluation of median speedup over the "
-                                 "passes"},
-            "knobs": grid,
-            "configs": [{"knobs": c, **results[k]} for c, k in zip(configs, keys)]}
+    data = {
+        "target": target.name,
+        "recorded": datetime.date.today().isoformat(),
+        "device": device,
+        "eval": {
+            **{k: getattr(cfg, k) for k in TIMING},
+            "programs": len(programs),
+            "passes": args.passes,
+            "minutes": round((time.monotonic() - t_start) / 60, 1),
+            "shared": "configurations whose preprocessed source and flags are "
+            "identical were timed as one program",
+            "recorded": "per program, its evaluation of median speedup over the passes",
+        },
+        "knobs": grid,
+        "configs": [{"knobs": c, **results[k]} for c, k in zip(configs, keys)],
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(f".{os.getpid()}.tmp")
     # One configuration per line: small, and a re-recording diffs line by line.
@@ -209,8 +234,11 @@ def main() -> None:
     tmp.write_text(f'{head}, "configs": [\n{lines}\n]}}\n')
     json.loads(tmp.read_text())  # well-formed before it replaces anything
     os.replace(tmp, args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB) in "
-          f"{data['eval']['minutes']} min", flush=True)
+    print(
+        f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB) in "
+        f"{data['eval']['minutes']} min",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

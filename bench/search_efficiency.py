@@ -80,7 +80,7 @@ TABLE = ROOT / "bench" / "landscapes" / "cpu_matmul.json"
 # time goes to the search rather than to the disk (about half of it otherwise, measured).
 TMP = os.environ.get("TMPDIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
 MIN_GAIN = 0.02  # what counts as "beyond noise" on the synthetic landscapes (their noise)
-SOONER = 0.9     # equal bests: reached in at most 90% of the other's evaluations is a win
+SOONER = 0.9  # equal bests: reached in at most 90% of the other's evaluations is a win
 
 SIZES = [16, 32, 64, 128, 256, 512]
 KNOBS = {
@@ -88,12 +88,17 @@ KNOBS = {
     "BLOCK_N": {"values": SIZES, "help": "Columns of C per block."},
     "UNROLL": {"values": [1, 2, 4, 8], "help": "Inner unroll factor."},
     "VEC": {"values": [1, 2, 4, 8, 16], "help": "Vector width."},
-    "CFLAGS": {"kind": "cflags", "values": ["-O2", "-O3", "-O3 -march=native",
-                                           "-O3 -march=native -ffast-math"]},
+    "CFLAGS": {
+        "kind": "cflags",
+        "values": ["-O2", "-O3", "-O3 -march=native", "-O3 -march=native -ffast-math"],
+    },
 }
 # (centre in [0, 1]^5 over knob indices, height), and per landscape each bump's width.
-CENTRES = [((0.2, 0.2, 0.33, 0.25, 0.33), 1.2), ((1.0, 0.0, 1.0, 0.0, 0.67), 1.6),
-           ((0.6, 1.0, 0.67, 1.0, 1.0), 2.8)]
+CENTRES = [
+    ((0.2, 0.2, 0.33, 0.25, 0.33), 1.2),
+    ((1.0, 0.0, 1.0, 0.0, 0.67), 1.6),
+    ((0.6, 1.0, 0.67, 1.0, 1.0), 2.8),
+]
 WIDTHS = {"needle": (0.35, 0.20, 0.15), "broad": (0.35, 0.30, 0.25)}
 
 
@@ -113,8 +118,10 @@ class Landscape:
         raise NotImplementedError
 
     def index(self, knobs: dict) -> tuple[int, ...]:
-        return tuple([norm(v) for v in k["values"]].index(norm(knobs.get(n, k["values"][0])))
-                     for n, k in self.knobs.items())
+        return tuple(
+            [norm(v) for v in k["values"]].index(norm(knobs.get(n, k["values"][0])))
+            for n, k in self.knobs.items()
+        )
 
     def parse(self, source: str) -> tuple[int, ...]:
         """The configuration of a rendered source (the first #define of a name wins)."""
@@ -136,13 +143,25 @@ class Landscape:
     def describe(self) -> str:
         grid = [range(len(k["values"])) for k in self.knobs.values()]
         ok = {c: v for c in itertools.product(*grid) if (v := self.true(c)) is not None}
-        optima = sorted((v for c, v in ok.items() if all(
-            ok.get(c[:k] + (x,) + c[k + 1:], 0.0) < v for k, r in enumerate(grid) for x in r
-            if x != c[k])), reverse=True)
+        optima = sorted(
+            (
+                v
+                for c, v in ok.items()
+                if all(
+                    ok.get(c[:k] + (x,) + c[k + 1 :], 0.0) < v
+                    for k, r in enumerate(grid)
+                    for x in r
+                    if x != c[k]
+                )
+            ),
+            reverse=True,
+        )
         total = math.prod(map(len, grid))
-        return (f"{total} configurations ({total - len(ok)} fail); local optima under one-knob "
-                f"moves: {', '.join(f'{v:.2f}x' for v in optima[:8])}"
-                + (f" and {len(optima) - 8} more" if len(optima) > 8 else ""))
+        return (
+            f"{total} configurations ({total - len(ok)} fail); local optima under one-knob "
+            f"moves: {', '.join(f'{v:.2f}x' for v in optima[:8])}"
+            + (f" and {len(optima) - 8} more" if len(optima) > 8 else "")
+        )
 
 
 class Synthetic(Landscape):
@@ -155,8 +174,10 @@ class Synthetic(Landscape):
 
     def _bumps(self, idx) -> list[float]:
         u = [i / (len(k["values"]) - 1) for i, k in zip(idx, KNOBS.values())]
-        return [h * math.exp(-sum((a - b) ** 2 for a, b in zip(u, c)) / (2 * w * w))
-                for c, h, w in self.bumps]
+        return [
+            h * math.exp(-sum((a - b) ** 2 for a, b in zip(u, c)) / (2 * w * w))
+            for c, h, w in self.bumps
+        ]
 
     def measure(self, idx):
         if idx[2] == 3 and idx[3] == 4:  # UNROLL=8 with VEC=16: "does not compile"
@@ -173,17 +194,25 @@ class Replay(Landscape):
         self.name = data["target"]
         self.about = f"recorded {data.get('recorded', '?')} on {data.get('device', '?')}"
         # Each knob keeps its kind and help from the real target; its values are the grid's.
-        self.knobs = {n: {k: v for k, v in real["knobs"].get(n, {}).items() if k != "values"}
-                      | {"values": values} for n, values in data["knobs"].items()}
+        self.knobs = {
+            n: {k: v for k, v in real["knobs"].get(n, {}).items() if k != "values"}
+            | {"values": values}
+            for n, values in data["knobs"].items()
+        }
         self.table = {}
         for row in data["configs"]:
             self.table[self.index(row["knobs"])] = (
                 row["status"] if row["status"] in STATUSES else "crash",
-                row.get("speedup") if row["status"] == "ok" else None, row.get("noise") or 0.0)
+                row.get("speedup") if row["status"] == "ok" else None,
+                row.get("noise") or 0.0,
+            )
         missing = math.prod(len(v) for v in data["knobs"].values()) - len(self.table)
         if missing:
-            print(f"warning: {path.name}: {missing} configurations of the grid are not "
-                  "recorded; the runner answers them with a crash", file=sys.stderr)
+            print(
+                f"warning: {path.name}: {missing} configurations of the grid are not "
+                "recorded; the runner answers them with a crash",
+                file=sys.stderr,
+            )
 
     def measure(self, idx):
         return self.table.get(idx, ("crash", None, 0.0))
@@ -211,8 +240,13 @@ class LandscapeRunner:
         rng = random.Random(f"{self.seed}:{h}:{self.calls[h]}")
         status, true, noise = self.land.measure(self.land.parse(source))
         if status != "ok":
-            return Evaluation(status=status, message=f"{self.land.name}: {status} (landscape)",
-                              target=target.name, runner="fake", source_hash=h)
+            return Evaluation(
+                status=status,
+                message=f"{self.land.name}: {status} (landscape)",
+                target=target.name,
+                runner="fake",
+                source_hash=h,
+            )
         sigma = max(noise, 0.01)
         speedup = true * math.exp(rng.gauss(0, sigma))
         rows = []
@@ -220,12 +254,24 @@ class LandscapeRunner:
             flops = target.metric("flops", p)
             base = flops / 1e11
             cand = base / speedup
-            rows.append(WorkloadResult(
-                params=p, speedup=speedup, gflops=flops / cand / 1e9,
-                candidate=Stat(median_s=cand, iqr_s=cand * sigma * rng.uniform(1, 2.5), n=25),
-                baseline=Stat(median_s=base, iqr_s=base * sigma * rng.uniform(1, 2.5), n=25)))
-        return Evaluation(status="ok", speedup=speedup, target=target.name, runner="fake",
-                          device="synthetic", workloads=rows, source_hash=h)
+            rows.append(
+                WorkloadResult(
+                    params=p,
+                    speedup=speedup,
+                    gflops=flops / cand / 1e9,
+                    candidate=Stat(median_s=cand, iqr_s=cand * sigma * rng.uniform(1, 2.5), n=25),
+                    baseline=Stat(median_s=base, iqr_s=base * sigma * rng.uniform(1, 2.5), n=25),
+                )
+            )
+        return Evaluation(
+            status="ok",
+            speedup=speedup,
+            target=target.name,
+            runner="fake",
+            device="synthetic",
+            workloads=rows,
+            source_hash=h,
+        )
 
 
 def make_target(land: Landscape, folder: Path) -> Path:
@@ -240,8 +286,14 @@ def one_run(land: Landscape, target: Path, budget: int, seed: int, overrides: di
     """One run of the loop, read back from its history; errors come back as {"error": ...}."""
     tmp = Path(tempfile.mkdtemp(prefix="eat-bench-", dir=TMP))
     try:
-        _, why = start_run(target, tmp / "ws", runner=LandscapeRunner(land, seed),
-                           max_evals=budget, seed=seed, **overrides)
+        _, why = start_run(
+            target,
+            tmp / "ws",
+            runner=LandscapeRunner(land, seed),
+            max_evals=budget,
+            seed=seed,
+            **overrides,
+        )
         events, _ = Workspace.open(tmp / "ws").read_events()
     except Exception as e:  # e.g. a preset whose strategy the offline agent lacks
         return {"error": f"{type(e).__name__}: {e}"}
@@ -260,10 +312,17 @@ def one_run(land: Landscape, target: Path, budget: int, seed: int, overrides: di
             v = land.true(idx)
             if reached is None and v is not None and v * (1 + land.tol(idx, best)) >= true:
                 reached = used
-    return {"best": best, "true": true, "measured": state.best_speedup, "used": used,
-            "reached": reached or used, "why": stop_reason(why),
-            "plateaus": state.plateaus, "restructures": state.restructures,
-            "trail": trail}
+    return {
+        "best": best,
+        "true": true,
+        "measured": state.best_speedup,
+        "used": used,
+        "reached": reached or used,
+        "why": stop_reason(why),
+        "plateaus": state.plateaus,
+        "restructures": state.restructures,
+        "trail": trail,
+    }
 
 
 def stop_reason(stop) -> str:
@@ -295,7 +354,8 @@ def better(land: Landscape, x: dict, y: dict) -> dict:
 def arms(presets) -> dict[str, dict]:
     """Arm name -> RunConfig overrides."""
     return {"supervised": {}, "unrestructured": {"supervise": False}} | {
-        f"static {p}": {"teams": [p], "supervise": False} for p in presets}
+        f"static {p}": {"teams": [p], "supervise": False} for p in presets
+    }
 
 
 def landscapes(which: str) -> list[Landscape]:
@@ -312,8 +372,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--landscape", choices=[*WIDTHS, "cpu_matmul", "all"], default="all")
     ap.add_argument("--seeds", type=int, default=10, help="run seeds 0 .. N-1")
-    ap.add_argument("--budgets", type=int, nargs="+", default=[60, 150],
-                    help="evaluations per run (every arm)")
+    ap.add_argument(
+        "--budgets", type=int, nargs="+", default=[60, 150], help="evaluations per run (every arm)"
+    )
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes")
     ap.add_argument("--json", action="store_true", help="print only one JSON object")
     ap.add_argument("--verbose", action="store_true", help="a table per seed, and notes")
@@ -321,25 +382,39 @@ def main() -> None:
     say = (lambda *a: None) if args.json else print
     started, presets = time.time(), list(load_presets())
     report: dict = {}
-    with tempfile.TemporaryDirectory(prefix="eat-bench-", dir=TMP) as tmp, \
-            ProcessPoolExecutor(args.jobs) as pool:
+    with (
+        tempfile.TemporaryDirectory(prefix="eat-bench-", dir=TMP) as tmp,
+        ProcessPoolExecutor(args.jobs) as pool,
+    ):
         groups = []  # every run is submitted now; each group is reported when it is done
         for land in landscapes(args.landscape):
             target = make_target(land, Path(tmp) / land.name)
             for budget in args.budgets:
-                groups.append((land, budget, {
-                    arm: [pool.submit(one_run, land, target, budget, seed, overrides)
-                          for seed in range(args.seeds)]
-                    for arm, overrides in arms(presets).items()}))
+                groups.append(
+                    (
+                        land,
+                        budget,
+                        {
+                            arm: [
+                                pool.submit(one_run, land, target, budget, seed, overrides)
+                                for seed in range(args.seeds)
+                            ]
+                            for arm, overrides in arms(presets).items()
+                        },
+                    )
+                )
         for land, budget, futures in groups:
             runs = {arm: [f.result() for f in fs] for arm, fs in futures.items()}
             report.setdefault(land.name, {})[str(budget)] = compare(
-                land, budget, runs, say if args.verbose else (lambda *a: None))
+                land, budget, runs, say if args.verbose else (lambda *a: None)
+            )
             r = report[land.name][str(budget)]
-            say(f"{land.name} {budget}: supervised wins {r['wins']}, ties {r['ties']}, losses "
+            say(
+                f"{land.name} {budget}: supervised wins {r['wins']}, ties {r['ties']}, losses "
                 f"{r['losses']} of {args.seeds}; median best {r['median_best']:.2f}x (no "
                 f"restructuring {r['median_best_unrestructured']:.2f}x, best static team "
-                f"{r['static_team']} {r['median_best_static']:.2f}x)")
+                f"{r['static_team']} {r['median_best_static']:.2f}x)"
+            )
     wall = time.time() - started
     if args.json:
         print(json.dumps(report))
@@ -350,45 +425,65 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
     """Pick the best static team, score (a) against the better of (b) and (c) per seed."""
     for arm, rs in list(runs.items()):
         if errors := [r["error"] for r in rs if "error" in r]:
-            print(f"warning: {land.name} {budget}: {arm} failed on {len(errors)} seeds: "
-                  f"{errors[0]}", file=sys.stderr)
+            print(
+                f"warning: {land.name} {budget}: {arm} failed on {len(errors)} seeds: {errors[0]}",
+                file=sys.stderr,
+            )
             if not arm.startswith("static"):
                 raise SystemExit(1)
             del runs[arm]
         elif over := [r["used"] for r in rs if r["used"] > budget]:
-            print(f"warning: {land.name} {budget}: {arm} used more than its budget on "
-                  f"{len(over)} of {len(rs)} seeds (up to {max(over)} evaluations)",
-                  file=sys.stderr)
+            print(
+                f"warning: {land.name} {budget}: {arm} used more than its budget on "
+                f"{len(over)} of {len(rs)} seeds (up to {max(over)} evaluations)",
+                file=sys.stderr,
+            )
     med = {arm: statistics.median(r["true"] for r in rs) for arm, rs in runs.items()}
-    static = max((a for a in runs if a.startswith("static")),
-                 key=lambda a: (med[a], statistics.mean(r["true"] for r in runs[a])))
+    static = max(
+        (a for a in runs if a.startswith("static")),
+        key=lambda a: (med[a], statistics.mean(r["true"] for r in runs[a])),
+    )
     a, b, c = runs["supervised"], runs["unrestructured"], runs[static]
     score = {"win": 0, "tie": 0, "loss": 0}
     say(f"\n=== {land.name}, {budget} evaluations per run: {land.describe()}")
-    say("each run: true best (the run's own estimate), evaluations used, evaluations to reach "
-        "it; P, R: the supervised run's plateaus and restructures")
+    say(
+        "each run: true best (the run's own estimate), evaluations used, evaluations to reach "
+        "it; P, R: the supervised run's plateaus and restructures"
+    )
     say(f"{'seed':>4} | {'supervised':<30} | {'no restructuring':<22} | {static:<22} | result")
     for seed, (x, y, z) in enumerate(zip(a, b, c)):
         opp = better(land, y, z)
         result = "win" if beats(land, x, opp) else "loss" if beats(land, opp, x) else "tie"
         score[result] += 1
-        say(f"{seed:>4} | {cell(x)} P{x['plateaus']:>2} R{x['restructures']:>2} | {cell(y)} | "
-            f"{cell(z)} | {result} vs {'(b)' if opp is y else '(c)'}")
+        say(
+            f"{seed:>4} | {cell(x)} P{x['plateaus']:>2} R{x['restructures']:>2} | {cell(y)} | "
+            f"{cell(z)} | {result} vs {'(b)' if opp is y else '(c)'}"
+        )
     say("medians by arm: " + ", ".join(f"{arm} {v:.2f}x" for arm, v in med.items()))
     for arm, rs in runs.items():
         stops = {w: sum(r["why"] == w for r in rs) for w in {r["why"] for r in rs}}
-        say(f"  {arm}: evaluations used {min(r['used'] for r in rs)}-"
+        say(
+            f"  {arm}: evaluations used {min(r['used'] for r in rs)}-"
             f"{max(r['used'] for r in rs)}; stopped: "
-            + "; ".join(f"{w} x{n}" for w, n in sorted(stops.items())))
+            + "; ".join(f"{w} x{n}" for w, n in sorted(stops.items()))
+        )
     same = sum(x["trail"] == y["trail"] for x, y in zip(a, b))
-    say(f"  (a) evaluated exactly what (b) did on {same} of {len(a)} seeds; reported the same "
-        f"best on {sum(x['best'] == y['best'] for x, y in zip(a, b))}\n")
-    return {"wins": score["win"], "ties": score["tie"], "losses": score["loss"],
-            "median_best": round(med["supervised"], 3),
-            "median_best_static": round(med[static], 3), "static_team": static.split()[1],
-            "median_best_unrestructured": round(med["unrestructured"], 3),
-            "median_best_by_static_team": {a.split()[1]: round(v, 3) for a, v in med.items()
-                                           if a.startswith("static")}}
+    say(
+        f"  (a) evaluated exactly what (b) did on {same} of {len(a)} seeds; reported the same "
+        f"best on {sum(x['best'] == y['best'] for x, y in zip(a, b))}\n"
+    )
+    return {
+        "wins": score["win"],
+        "ties": score["tie"],
+        "losses": score["loss"],
+        "median_best": round(med["supervised"], 3),
+        "median_best_static": round(med[static], 3),
+        "static_team": static.split()[1],
+        "median_best_unrestructured": round(med["unrestructured"], 3),
+        "median_best_by_static_team": {
+            a.split()[1]: round(v, 3) for a, v in med.items() if a.startswith("static")
+        },
+    }
 
 
 if __name__ == "__main__":

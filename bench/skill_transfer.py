@@ -11,8 +11,8 @@ evaluated REMEASURE times more before the later runs, the median taken. Each run
 against its own baseline, and real timing on a shared machine drifts: the figure the earlier run
 recorded is the highest of many noisy measurements, taken under other load (here it was seen
 to re-measure at 0.6 of itself), so a goal set from it may be out of every later run's reach. A
-run that never gets there counts as not reached. The skill helped on a seed when the run with it reached
-the earlier best and the run without it did not, or did so in more evaluations.
+run that never gets there counts as not reached. The skill helped on a seed when the run with it
+reached the earlier best and the run without it did not, or did so in more evaluations.
 
 Runners: the real one of the target (default examples/cpu_matmul; runs go one after another,
 timing is exclusive anyway), or with --fake a replay of bench/landscapes/cpu_matmul.json (the
@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 
 from eat.run import run_status, start_run
+from eat.runners import runner_for
 from eat.skill import evaluations_to_reach, export, parse
-from eat.runners.base import runner_for
 from eat.target import load_target
 from eat.workspace import Workspace, source_name
 
@@ -57,6 +57,7 @@ def stop_at(goal: float):
     def on_event(e, state) -> None:
         if e.type == "candidate_evaluated" and (e.speedup or 0.0) >= goal:
             raise Reached
+
     return on_event
 
 
@@ -67,16 +68,31 @@ def evals_to_reach(ws: Path, speedup: float) -> int | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=ROOT / "examples" / "cpu_matmul")
-    ap.add_argument("--earlier-evals", type=int, default=40, help="evaluations of the run "
-                    "whose skill is exported")
+    ap.add_argument(
+        "--earlier-evals",
+        type=int,
+        default=40,
+        help="evaluations of the run whose skill is exported",
+    )
     ap.add_argument("--evals", type=int, default=30, help="evaluations of each later run")
     ap.add_argument("--seeds", type=int, default=5, help="later runs' seeds 0 .. N-1")
-    ap.add_argument("--threshold", type=float, default=0.95, help="a run reaches the earlier "
-                    "best at this fraction of its speedup")
-    ap.add_argument("--earlier", type=Path, help="the workspace of a finished run to take as "
-                    "the earlier run (default: run one with --earlier-evals)")
-    ap.add_argument("--fake", action="store_true", help="replay the recorded cpu_matmul "
-                    "landscape instead of timing")
+    ap.add_argument(
+        "--threshold",
+        type=float,
+        default=0.95,
+        help="a run reaches the earlier best at this fraction of its speedup",
+    )
+    ap.add_argument(
+        "--earlier",
+        type=Path,
+        help="the workspace of a finished run to take as "
+        "the earlier run (default: run one with --earlier-evals)",
+    )
+    ap.add_argument(
+        "--fake",
+        action="store_true",
+        help="replay the recorded cpu_matmul landscape instead of timing",
+    )
     ap.add_argument("--json", action="store_true", help="print only one JSON object")
     args = ap.parse_args()
     say = (lambda *a: None) if args.json else print
@@ -100,46 +116,72 @@ def main() -> None:
         t = load_target(target)
         source = (Workspace.open(earlier).paths.best / source_name(t.language)).read_text()
         judge = runner(EARLIER_SEED) or runner_for(t)
-        best = statistics.median(judge.evaluate(t, source).speedup or 0.0
-                                 for _ in range(REMEASURE))
+        best = statistics.median(judge.evaluate(t, source).speedup or 0.0 for _ in range(REMEASURE))
         goal = args.threshold * best
         data = parse(skill.read_text()).data
-        say(f"earlier run: {data.evaluations} evaluations, best {recorded:.2f}x "
+        say(
+            f"earlier run: {data.evaluations} evaluations, best {recorded:.2f}x "
             f"({data.best.candidate}: {', '.join(f'{k}={v}' for k, v in data.best.knobs.items())})"
-            f"; measured again now: {best:.2f}x (median of {REMEASURE})")
-        say(f"reaching it: a candidate measured at >= {args.threshold:g} x {best:.2f}x = "
-            f"{goal:.2f}x over its own run's baseline")
+            f"; measured again now: {best:.2f}x (median of {REMEASURE})"
+        )
+        say(
+            f"reaching it: a candidate measured at >= {args.threshold:g} x {best:.2f}x = "
+            f"{goal:.2f}x over its own run's baseline"
+        )
         say("runs end once they reach it; best: each run's best when it ended")
-        say(f"{'seed':>4}  {'with skill':>10}  {'without':>8}  {'best with':>9}  "
-            f"{'best without':>12}  helped")
+        say(
+            f"{'seed':>4}  {'with skill':>10}  {'without':>8}  {'best with':>9}  "
+            f"{'best without':>12}  helped"
+        )
         rows = []
         for seed in range(args.seeds):
             ws_with = run(f"with{seed}", seed, args.evals, skill=skill, on_event=stop_at(goal))
             ws_without = run(f"without{seed}", seed, args.evals, on_event=stop_at(goal))
             with_, without = evals_to_reach(ws_with, goal), evals_to_reach(ws_without, goal)
             helped = with_ is not None and (without is None or with_ < without)
-            row = {"seed": seed, "with_skill": with_, "without": without, "helped": helped,
-                   "best_with": run_status(ws_with)["best_speedup"],
-                   "best_without": run_status(ws_without)["best_speedup"]}
+            row = {
+                "seed": seed,
+                "with_skill": with_,
+                "without": without,
+                "helped": helped,
+                "best_with": run_status(ws_with)["best_speedup"],
+                "best_without": run_status(ws_without)["best_speedup"],
+            }
             rows.append(row)
             shown = lambda n: "-" if n is None else str(n)  # noqa: E731
-            say(f"{seed:>4}  {shown(with_):>10}  {shown(without):>8}  "
+            say(
+                f"{seed:>4}  {shown(with_):>10}  {shown(without):>8}  "
                 f"{row['best_with'] or 0:>8.2f}x  {row['best_without'] or 0:>11.2f}x  "
-                f"{'yes' if helped else 'no'}")
+                f"{'yes' if helped else 'no'}"
+            )
     helped = sum(r["helped"] for r in rows)
     reached = {k: sum(r[k] is not None for r in rows) for k in ("with_skill", "without")}
-    say(f"the skill helped on {helped} of {len(rows)} seeds; the earlier best was reached by "
+    say(
+        f"the skill helped on {helped} of {len(rows)} seeds; the earlier best was reached by "
         f"{reached['with_skill']} runs with it and {reached['without']} without "
-        "('-': not within the budget)")
+        "('-': not within the budget)"
+    )
     say(f"{time.time() - started:.0f} s, {'replayed landscape' if args.fake else 'real runner'}")
     if args.json:
-        print(json.dumps({"target": str(args.target) if not args.fake else "cpu_matmul (replay)",
-                          "fake": args.fake, "earlier_evals": data.evaluations,
-                          "evals": args.evals, "threshold": args.threshold,
-                          "earlier_best_recorded": recorded, "earlier_best": best,
-                          "goal": goal,
-                          "earlier_best_knobs": data.best.knobs, "seeds": rows,
-                          "helped": helped, "reached": reached, "seconds": round(time.time() - started)}))
+        print(
+            json.dumps(
+                {
+                    "target": str(args.target) if not args.fake else "cpu_matmul (replay)",
+                    "fake": args.fake,
+                    "earlier_evals": data.evaluations,
+                    "evals": args.evals,
+                    "threshold": args.threshold,
+                    "earlier_best_recorded": recorded,
+                    "earlier_best": best,
+                    "goal": goal,
+                    "earlier_best_knobs": data.best.knobs,
+                    "seeds": rows,
+                    "helped": helped,
+                    "reached": reached,
+                    "seconds": round(time.time() - started),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "examples" / "cpu_matmul"
 WORKERS = (1, 2, 4, 8)
 TEAMS = ["coordinate", "explorer", "refiner", "model"] * 2
-CASES = {"llm-bound": dict(llm_s=1.0, build_s=0.1, timed_s=0.02),
-         "slot-bound": dict(llm_s=0.05, build_s=0.05, timed_s=0.25)}
+CASES = {
+    "llm-bound": dict(llm_s=1.0, build_s=0.1, timed_s=0.02),
+    "slot-bound": dict(llm_s=0.05, build_s=0.05, timed_s=0.25),
+}
 _DEFINE = re.compile(r"^#define (\w+) (.+)$", re.M)
 
 
@@ -71,16 +73,30 @@ class SleepyRunner:
         with self._lock:
             self.busy_s += spent
         knobs = dict(_DEFINE.findall(source))
-        speedup = {"IKJ": 3.0, "KIJ": 2.6}.get(knobs.get("LOOP_ORDER", ""), 1.0) * \
-            (1.0 + int(knobs.get("MR", "0")) * 0.3) * (1.0 + 0.1 * (knobs.get("TILE") == "64"))
+        speedup = (
+            {"IKJ": 3.0, "KIJ": 2.6}.get(knobs.get("LOOP_ORDER", ""), 1.0)
+            * (1.0 + int(knobs.get("MR", "0")) * 0.3)
+            * (1.0 + 0.1 * (knobs.get("TILE") == "64"))
+        )
         base = 1e-3
-        rows = [WorkloadResult(params=p, speedup=speedup,
-                               candidate=Stat(median_s=base / speedup, iqr_s=base / speedup / 100,
-                                              n=9),
-                               baseline=Stat(median_s=base, iqr_s=base / 100, n=9))
-                for p in target.workloads]
-        return Evaluation(status="ok", speedup=speedup, target=target.name, runner="fake",
-                          device="fake", workloads=rows, source_hash=source_hash(source))
+        rows = [
+            WorkloadResult(
+                params=p,
+                speedup=speedup,
+                candidate=Stat(median_s=base / speedup, iqr_s=base / speedup / 100, n=9),
+                baseline=Stat(median_s=base, iqr_s=base / 100, n=9),
+            )
+            for p in target.workloads
+        ]
+        return Evaluation(
+            status="ok",
+            speedup=speedup,
+            target=target.name,
+            runner="fake",
+            device="fake",
+            workloads=rows,
+            source_hash=source_hash(source),
+        )
 
 
 class SlowAgent:
@@ -97,15 +113,18 @@ class SlowAgent:
         return None
 
 
-def measure(workers: int, evals: int, llm_s: float, build_s: float,
-            timed_s: float, executor: str = "local") -> dict:
+def measure(
+    workers: int, evals: int, llm_s: float, build_s: float, timed_s: float, executor: str = "local"
+) -> dict:
     """One run of `evals` evaluations: evaluations a minute and the timing slot's busy share
     (local only: on Ray the runner's count is in the actor)."""
     runner = SleepyRunner(build_s, timed_s)
     if executor == "ray":  # started before the clock: a cluster is up before a run begins
         from eat.executors.ray import RayRunner
-        runner = RayRunner(load_target(TARGET), workers,
-                           make_runner=lambda: SleepyRunner(build_s, timed_s))
+
+        runner = RayRunner(
+            load_target(TARGET), workers, make_runner=lambda: SleepyRunner(build_s, timed_s)
+        )
     try:
         return _measure(runner, workers, evals, llm_s)
     finally:
@@ -117,16 +136,27 @@ def _measure(runner, workers: int, evals: int, llm_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="eat-throughput-") as tmp:
         ws = Path(tmp) / "ws"
         t0 = time.monotonic()
-        _, stop = start_run(TARGET, ws, runner=runner, max_evals=evals, workers=workers,
-                            teams=TEAMS, max_teams=len(TEAMS),
-                            make_agent=lambda team, ctx: SlowAgent(
-                                OfflineAgent(ctx.target, seed=0), llm_s),
-                            # windows as long as the run: teams are not retired mid-measure
-                            plateau=PlateauConfig(team_window=evals, run_window=evals))
+        _, stop = start_run(
+            TARGET,
+            ws,
+            runner=runner,
+            max_evals=evals,
+            workers=workers,
+            teams=TEAMS,
+            max_teams=len(TEAMS),
+            make_agent=lambda team, ctx: SlowAgent(OfflineAgent(ctx.target, seed=0), llm_s),
+            # windows as long as the run: teams are not retired mid-measure
+            plateau=PlateauConfig(team_window=evals, run_window=evals),
+        )
         wall = time.monotonic() - t0
         done = run_status(ws)["evaluations"]
-    return {"per_min": round(60 * done / wall, 1), "evaluations": done, "wall_s": round(wall, 2),
-            "slot_busy": round(getattr(runner, "busy_s", 0.0) / wall, 3), "stop": stop.code}
+    return {
+        "per_min": round(60 * done / wall, 1),
+        "evaluations": done,
+        "wall_s": round(wall, 2),
+        "slot_busy": round(getattr(runner, "busy_s", 0.0) / wall, 3),
+        "stop": stop.code,
+    }
 
 
 def main() -> None:
@@ -136,18 +166,23 @@ def main() -> None:
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray executor's runs")
     args = ap.parse_args()
     os.environ.setdefault("EAT_CACHE_DIR", tempfile.mkdtemp(prefix="eat-throughput-cache-"))
-    results = {case: {w: measure(w, args.evals, **costs) for w in WORKERS}
-               for case, costs in CASES.items()}
+    results = {
+        case: {w: measure(w, args.evals, **costs) for w in WORKERS} for case, costs in CASES.items()
+    }
     ray = None
     if not args.no_ray:
-        results["llm-bound, ray"] = {w: measure(w, args.evals, **CASES["llm-bound"],
-                                                executor="ray") for w in WORKERS}
+        results["llm-bound, ray"] = {
+            w: measure(w, args.evals, **CASES["llm-bound"], executor="ray") for w in WORKERS
+        }
         ray = {str(w): r["per_min"] for w, r in results["llm-bound, ray"].items()}
     llm, slot = results["llm-bound"], results["slot-bound"]
-    out = {"local": {str(w): llm[w]["per_min"] for w in WORKERS}, "ray": ray,
-           "slot_busy": slot[max(WORKERS)]["slot_busy"],
-           "slot_bound": {str(w): slot[w]["per_min"] for w in WORKERS},
-           "slot_limit_per_min": round(60 / CASES["slot-bound"]["timed_s"], 1)}
+    out = {
+        "local": {str(w): llm[w]["per_min"] for w in WORKERS},
+        "ray": ray,
+        "slot_busy": slot[max(WORKERS)]["slot_busy"],
+        "slot_bound": {str(w): slot[w]["per_min"] for w in WORKERS},
+        "slot_limit_per_min": round(60 / CASES["slot-bound"]["timed_s"], 1),
+    }
     if args.json:
         print(json.dumps(out))
         return
@@ -156,8 +191,10 @@ def main() -> None:
         print(f"{case} ({costs}; {args.evals} evaluations, {len(TEAMS)} teams)")
         print(f"  {'workers':>7} {'evals/min':>10} {'vs 1':>6} {'slot busy':>10} {'wall s':>7}")
         for w, r in rows.items():
-            print(f"  {w:>7} {r['per_min']:>10} {r['per_min'] / rows[1]['per_min']:>5.2f}x "
-                  f"{r['slot_busy']:>10.0%} {r['wall_s']:>7}")
+            print(
+                f"  {w:>7} {r['per_min']:>10} {r['per_min'] / rows[1]['per_min']:>5.2f}x "
+                f"{r['slot_busy']:>10.0%} {r['wall_s']:>7}"
+            )
     print(f"slot limit: {out['slot_limit_per_min']} evaluations/min")
     sys.stdout.flush()
 

@@ -25,7 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from eat.runners.base import Evaluation, Runner, runner_for
+from eat.runners import runner_for
+from eat.runners.base import Evaluation, Runner
 from eat.target import Target, geomean, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +46,11 @@ def tuned(target: Target) -> str:
     declared, the knob values in TUNING."""
     if path := tuned_file(target):
         return path.read_text()
-    defines = "".join(f"#define {k} {v}\n" for k, v in TUNING.items()
-                      if k in target.knobs and v in target.knobs[k].values)
+    defines = "".join(
+        f"#define {k} {v}\n"
+        for k, v in TUNING.items()
+        if k in target.knobs and v in target.knobs[k].values
+    )
     return f"// eat:cflags {FLAGS[target.runner]}\n{defines}{target.baseline_source()}"
 
 
@@ -59,11 +63,13 @@ def repeated(target: Target, source: str, reps: int) -> str:
     name, inner = target.entry.name, f"eat_once_{target.entry.name}"
     call_args = ", ".join(a.name for a in target.args)
     linkage = 'extern "C" ' if target.language in TUNED_FILE else ""
-    return (f"#define {name} {inner}\n{source}\n#undef {name}\n\n"
-            f"{linkage}{target.entry.signature.strip().rstrip(';')}\n{{\n"
-            f"    for (int rep = 0; rep < {reps}; rep++) {{\n"
-            f"        __asm__ volatile(\"\" ::: \"memory\");\n"
-            f"        {inner}({call_args});\n    }}\n}}\n")
+    return (
+        f"#define {name} {inner}\n{source}\n#undef {name}\n\n"
+        f"{linkage}{target.entry.signature.strip().rstrip(';')}\n{{\n"
+        f"    for (int rep = 0; rep < {reps}; rep++) {{\n"
+        f'        __asm__ volatile("" ::: "memory");\n'
+        f"        {inner}({call_args});\n    }}\n}}\n"
+    )
 
 
 def cv(values: list[float]) -> float:
@@ -73,8 +79,9 @@ def cv(values: list[float]) -> float:
 def latency_ratio(a, b, w: int | None = None) -> float:
     """Candidate latency of evaluation b / of evaluation a, on workload w or the geomean."""
     ws = range(len(a.workloads)) if w is None else [w]
-    return geomean([b.workloads[i].candidate.median_s / a.workloads[i].candidate.median_s
-                    for i in ws])
+    return geomean(
+        [b.workloads[i].candidate.median_s / a.workloads[i].candidate.median_s for i in ws]
+    )
 
 
 def full(target: Target):
@@ -103,8 +110,10 @@ def main() -> None:
     if why := runner.unavailable(target):
         sys.exit(f"{target.name} needs the {target.runner} runner: {why}")
     once, twice = repeated(target, tuned(target), 1), repeated(target, tuned(target), 2)
-    print(f"target {target.name}, {getattr(runner, 'device', runner.name)}, {args.runs} runs of "
-          "each candidate")
+    print(
+        f"target {target.name}, {getattr(runner, 'device', runner.name)}, {args.runs} runs of "
+        "each candidate"
+    )
     if path := tuned_file(target):
         print(f"candidate: {path.name}")
 
@@ -133,13 +142,17 @@ def main() -> None:
         spd = [ev.workloads[w].speedup for ev in ones]
         lat_cols.append(lat)
         label = ", ".join(f"{k}={v}" for k, v in wl.items())
-        print(f"  {label:28s} {statistics.mean(lat) * 1e3:12.3f} ms {cv(lat):6.1%} "
-              f"{statistics.mean(spd):8.3f} {cv(spd):6.1%}")
+        print(
+            f"  {label:28s} {statistics.mean(lat) * 1e3:12.3f} ms {cv(lat):6.1%} "
+            f"{statistics.mean(spd):8.3f} {cv(spd):6.1%}"
+        )
     gm_lat = [geomean(list(run)) for run in zip(*lat_cols)]
     spd = [ev.speedup for ev in ones]
     cv_lat, cv_spd = cv(gm_lat), cv(spd)
-    print(f"  {'geomean over workloads':28s} {statistics.mean(gm_lat) * 1e3:12.3f} ms "
-          f"{cv_lat:6.1%} {statistics.mean(spd):8.3f} {cv_spd:6.1%}")
+    print(
+        f"  {'geomean over workloads':28s} {statistics.mean(gm_lat) * 1e3:12.3f} ms "
+        f"{cv_lat:6.1%} {statistics.mean(spd):8.3f} {cv_spd:6.1%}"
+    )
 
     ratio = None
     if twos:
@@ -151,8 +164,9 @@ def main() -> None:
             label = ", ".join(f"{k}={v}" for k, v in wl.items())
             print(f"  {label:28s} ratio {r:6.3f}  error {abs(r / 2 - 1):6.1%}")
         ratio = geomean(per_w)
-        print(f"  {'geomean over workloads':28s} ratio {ratio:6.3f}  "
-              f"error {abs(ratio / 2 - 1):6.1%}")
+        print(
+            f"  {'geomean over workloads':28s} ratio {ratio:6.3f}  error {abs(ratio / 2 - 1):6.1%}"
+        )
 
     print("\nsummary")
     print(f"  CV of median latency: {cv_lat:.1%} (target <= 3%)")
@@ -160,8 +174,10 @@ def main() -> None:
     if ratio is None:
         print(f"  2x work ratio: not measured ({skip_b})")
     else:
-        print(f"  2x work ratio: {ratio:.3f}x (error {abs(ratio / 2 - 1):.1%}, "
-              "target <= 5%; GPU <= 3%)")
+        print(
+            f"  2x work ratio: {ratio:.3f}x (error {abs(ratio / 2 - 1):.1%}, "
+            "target <= 5%; GPU <= 3%)"
+        )
 
 
 if __name__ == "__main__":

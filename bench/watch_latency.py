@@ -27,13 +27,13 @@ import threading
 import time
 from pathlib import Path
 
+from overhead import FakeRunner
 from rich.console import Console
 
 from eat.run import start_run
 from eat.target import load_target
 from eat.watch import watch
 from eat.workspace import Workspace
-from overhead import FakeRunner
 
 TARGET = Path(__file__).resolve().parents[1] / "examples" / "cpu_matmul"
 CONTRACT_S = 1.0
@@ -54,22 +54,30 @@ class PacedRunner(FakeRunner):
 def measure(evals: int, runner_name: str, spacing: float) -> dict:
     target = load_target(TARGET)
     runner = PacedRunner(spacing) if runner_name == "fake" else None
-    cheap = target.evaluation.model_copy(update=dict(seeds=1, warmup=1, min_repeats=3,
-                                                     max_repeats=5, budget_s=0.05))
+    cheap = target.evaluation.model_copy(
+        update=dict(seeds=1, warmup=1, min_repeats=3, max_repeats=5, budget_s=0.05)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
-        run = threading.Thread(target=start_run, args=(TARGET, ws), kwargs=dict(
-            runner=runner, eval_config=cheap, max_evals=evals, seed=1))
+        run = threading.Thread(
+            target=start_run,
+            args=(TARGET, ws),
+            kwargs=dict(runner=runner, eval_config=cheap, max_evals=evals, seed=1),
+        )
         t0 = time.time()
         run.start()
         while not (ws / "history.jsonl").exists():
             time.sleep(0.005)
-        shown: list[tuple[float, int]] = []   # (when, candidates the frame counts)
+        shown: list[tuple[float, int]] = []  # (when, candidates the frame counts)
         stop = threading.Event()
         started = time.time()
-        watcher = threading.Thread(target=watch, args=(ws, Console(file=io.StringIO()), stop),
-                                   kwargs=dict(on_frame=lambda view, _: shown.append(
-                                       (time.time(), view.state.evaluations))))
+        watcher = threading.Thread(
+            target=watch,
+            args=(ws, Console(file=io.StringIO()), stop),
+            kwargs=dict(
+                on_frame=lambda view, _: shown.append((time.time(), view.state.evaluations))
+            ),
+        )
         watcher.start()
         run.join()
         wall = time.time() - t0
@@ -85,30 +93,40 @@ def measure(evals: int, runner_name: str, spacing: float) -> dict:
         if e.time > started:
             first = next((t for t, n in shown if n >= k), None)
             delays.append(float("inf") if first is None else first - e.time)
-    return {"runner": runner_name, "evaluations": len(evaluated), "measured": len(delays),
-            "frames": len(shown), "run_s": round(wall, 2),
-            "median_ms": round(statistics.median(delays) * 1e3, 2),
-            "max_ms": round(max(delays) * 1e3, 2),
-            "within_contract": max(delays) < CONTRACT_S}
+    return {
+        "runner": runner_name,
+        "evaluations": len(evaluated),
+        "measured": len(delays),
+        "frames": len(shown),
+        "run_s": round(wall, 2),
+        "median_ms": round(statistics.median(delays) * 1e3, 2),
+        "max_ms": round(max(delays) * 1e3, 2),
+        "within_contract": max(delays) < CONTRACT_S,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--evals", type=int, default=40, help="evaluations of the run")
     ap.add_argument("--runner", choices=["fake", "cpu"], default="fake")
-    ap.add_argument("--spacing", type=float, default=0.1,
-                    help="seconds per evaluation of the fake runner")
+    ap.add_argument(
+        "--spacing", type=float, default=0.1, help="seconds per evaluation of the fake runner"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     r = measure(args.evals, args.runner, args.spacing)
     if args.json:
         print(json.dumps(r))
         return
-    print(f"eat watch, {r['runner']} runner: {r['evaluations']} evaluations in {r['run_s']} s, "
-          f"{r['frames']} frames")
-    print(f"event -> frame delay over {r['measured']} evaluations: median {r['median_ms']} ms, "
-          f"max {r['max_ms']} ms ({'within' if r['within_contract'] else 'OVER'} the 1 s "
-          "contract)")
+    print(
+        f"eat watch, {r['runner']} runner: {r['evaluations']} evaluations in {r['run_s']} s, "
+        f"{r['frames']} frames"
+    )
+    print(
+        f"event -> frame delay over {r['measured']} evaluations: median {r['median_ms']} ms, "
+        f"max {r['max_ms']} ms ({'within' if r['within_contract'] else 'OVER'} the 1 s "
+        "contract)"
+    )
 
 
 if __name__ == "__main__":

@@ -81,64 +81,117 @@ def to_operations(d: Decision, state: RunState) -> list[Operation]:
     for o in d.operations:
         params: dict = {}
         if o.op in ("spawn", "fork"):
-            params = {"preset": o.preset, "start_from": o.start_from,
-                      "directive": o.directive} if o.op == "fork" else {"preset": o.preset}
+            params = (
+                {"preset": o.preset, "start_from": o.start_from, "directive": o.directive}
+                if o.op == "fork"
+                else {"preset": o.preset}
+            )
             if o.op == "spawn" and o.directive:
                 params["directive"] = o.directive
         elif o.op == "redirect":
-            params = {"strategy": o.strategy, "start_from": o.start_from,
-                      "directive": o.directive or f"switch to {o.strategy} search"}
+            params = {
+                "strategy": o.strategy,
+                "start_from": o.start_from,
+                "directive": o.directive or f"switch to {o.strategy} search",
+            }
         elif o.op == "rebalance":
             params = {"shares": o.shares}
-        ops.append(Operation(o.op, f"supervisor: {o.reason}", o.evidence, team=o.team,
-                             params={k: v for k, v in params.items() if v is not None},
-                             scope="team" if o.team else "run"))
+        ops.append(
+            Operation(
+                o.op,
+                f"supervisor: {o.reason}",
+                o.evidence,
+                team=o.team,
+                params={k: v for k, v in params.items() if v is not None},
+                scope="team" if o.team else "run",
+            )
+        )
     return ops
 
 
 class LLMAdvisor:
     """Asks a model for the diagnosis and restructure; None means: use the rules."""
 
-    def __init__(self, client: LLMClient, target, presets: dict, learning_path, max_teams: int,
-                 skill_path=None):
+    def __init__(
+        self,
+        client: LLMClient,
+        target,
+        presets: dict,
+        learning_path,
+        max_teams: int,
+        skill_path=None,
+    ):
         self.client, self.target, self.presets = client, target, presets
         self.learning_path, self.max_teams = learning_path, max_teams
         self.skill_path = skill_path  # SKILL.md the run was started with, if it exists
 
     def decide(self, plateaus: list[Plateau], state: RunState) -> Decision | None:
         messages = [{"role": "user", "content": self._prompt(plateaus, state)}]
-        for attempt in range(2):
+        for _ in range(2):  # the reply, and one correction round
             reply = self.client.chat(messages, agent="supervisor")
             try:
                 d = Decision.model_validate_json(json_object(reply))
                 errors = problems(d, state, self.presets, self.max_teams)
             except ValidationError as e:
-                d, errors = None, [f"{'.'.join(map(str, x['loc']))}: {x['msg']}"
-                                   for x in e.errors()[:6]]
+                d, errors = (
+                    None,
+                    [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:6]],
+                )
             if not errors:
                 return d
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": "Your reply cannot be applied:\n- "
-                          + "\n- ".join(errors) + "\nAnswer again with one corrected JSON "
-                          "object and nothing else."}]
+            messages += [
+                {"role": "assistant", "content": reply},
+                {
+                    "role": "user",
+                    "content": "Your reply cannot be applied:\n- "
+                    + "\n- ".join(errors)
+                    + "\nAnswer again with one corrected JSON "
+                    "object and nothing else.",
+                },
+            ]
         return None
 
     def _prompt(self, plateaus: list[Plateau], state: RunState) -> str:
         x = speedup_text
-        teams = [{"id": t.id, "preset": t.preset, "strategy": t.strategy, "state": t.state,
-                  "evals": t.evals, "best": x(t.best_estimate), "since": t.since_improvement,
-                  "failures": t.failures, "directive": t.directive}
-                 for t in state.teams.values() if t.state == "active"]
-        recent = [f"{c.cid} ({c.team}): {x(c.estimate) if c.estimate else c.status} — {c.what}"
-                  for c in state.recent_of(None, 12)]
+        teams = [
+            {
+                "id": t.id,
+                "preset": t.preset,
+                "strategy": t.strategy,
+                "state": t.state,
+                "evals": t.evals,
+                "best": x(t.best_estimate),
+                "since": t.since_improvement,
+                "failures": t.failures,
+                "directive": t.directive,
+            }
+            for t in state.teams.values()
+            if t.state == "active"
+        ]
+        recent = [
+            f"{c.cid} ({c.team}): {x(c.estimate) if c.estimate else c.status} — {c.what}"
+            for c in state.recent_of(None, 12)
+        ]
         learning = self.learning_path.read_text() if self.learning_path.exists() else ""
         values = arm_values(state)
-        scores = [f"{arm}: scored {state.arm_stats.get(arm, (0, 0))[0]} times, helped "
-                  f"{state.arm_stats.get(arm, (0, 0))[1]}; worth now {v:.2f}"
-                  for arm, v in sorted(values.items(), key=lambda kv: -kv[1])]
-        return render("supervisor.md.j2", target=self.target, best=state.best, teams=teams,
-                      scores=scores, steering=prompt_lines(state, None),
-                      threshold=state.threshold(), recent=recent, plateaus=plateaus,
-                      presets=self.presets, learning=learning, max_ops=MAX_OPS,
-                      skill=skill_text(self.skill_path),
-                      max_teams=self.max_teams)
+        scores = [
+            f"{arm}: scored {state.arm_stats.get(arm, (0, 0))[0]} times, helped "
+            f"{state.arm_stats.get(arm, (0, 0))[1]}; worth now {v:.2f}"
+            for arm, v in sorted(values.items(), key=lambda kv: -kv[1])
+        ]
+        return render(
+            "supervisor.md.j2",
+            target=self.target,
+            best=state.best,
+            teams=teams,
+            scores=scores,
+            steering=prompt_lines(state, None),
+            threshold=state.threshold(),
+            recent=recent,
+            plateaus=plateaus,
+            presets=self.presets,
+            learning=learning,
+            max_ops=MAX_OPS,
+            skill=skill_text(self.skill_path),
+            max_teams=self.max_teams,
+        )

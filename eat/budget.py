@@ -36,8 +36,9 @@ class Stop:
 def llm_budget_spent(state: RunState, config: RunConfig) -> Stop | None:
     """Why no LLM call may start now (the cost cap or the call cap), or None."""
     if config.max_cost_usd is not None and state.usage.cost_usd >= config.max_cost_usd:
-        return Stop("max_cost", f"LLM spend reached ${state.usage.cost_usd:.4f} of "
-                    f"${config.max_cost_usd:g}")
+        return Stop(
+            "max_cost", f"LLM spend reached ${state.usage.cost_usd:.4f} of ${config.max_cost_usd:g}"
+        )
     cap = config.llm_call_cap()
     if state.usage.calls >= cap:
         return Stop("max_llm_calls", f"{state.usage.calls} LLM calls of {cap} allowed")
@@ -50,8 +51,11 @@ def no_progress(state: RunState, config: RunConfig) -> Stop | None:
         return None
     repeated = sorted(state.repeated_since_eval.items(), key=lambda kv: -kv[1])
     named = ", ".join(f"{cid} ({_what(state, cid)}) {n}x" for cid, n in repeated[:4])
-    return Stop("no_progress", f"{state.attempts_since_eval} attempts in a row without a new "
-                "evaluation" + (f"; the teams repeated {named}" if named else ""))
+    return Stop(
+        "no_progress",
+        f"{state.attempts_since_eval} attempts in a row without a new "
+        "evaluation" + (f"; the teams repeated {named}" if named else ""),
+    )
 
 
 def _what(state: RunState, cid: str) -> str:
@@ -64,8 +68,11 @@ def _what(state: RunState, cid: str) -> str:
 def why_stop(state: RunState, config: RunConfig, elapsed_s: float) -> Stop | None:
     """Why the run must stop now, or None; the loop asks nothing else."""
     if state.spent_evals >= config.max_evals:
-        return Stop("max_evals", f"{state.spent_evals} evaluations of {config.max_evals} "
-                    f"({state.evaluations} candidates, {state.retimes} re-times)")
+        return Stop(
+            "max_evals",
+            f"{state.spent_evals} evaluations of {config.max_evals} "
+            f"({state.evaluations} candidates, {state.retimes} re-times)",
+        )
     if config.max_time_s is not None and elapsed_s >= config.max_time_s:
         return Stop("max_time", f"{elapsed_s:.0f} s of {config.max_time_s:g} s")
     if stop := llm_budget_spent(state, config):
@@ -74,6 +81,8 @@ def why_stop(state: RunState, config: RunConfig, elapsed_s: float) -> Stop | Non
         return Stop("max_checks", f"{state.checks} checks of {config.check_cap()} allowed")
     attempts, cap = state.evaluations + state.failed_attempts, config.attempt_cap()
     if attempts >= cap:
-        return Stop("max_attempts", f"{attempts} attempts of {cap} allowed "
-                    f"({state.failed_attempts} gave no candidate)")
+        return Stop(
+            "max_attempts",
+            f"{attempts} attempts of {cap} allowed ({state.failed_attempts} gave no candidate)",
+        )
     return no_progress(state, config)

@@ -16,16 +16,18 @@ from pathlib import Path
 
 from eat.errors import BadInput
 
-IDLE_S = 3600.0        # an entry used this recently may be read by a running evaluation
+IDLE_S = 3600.0  # an entry used this recently may be read by a running evaluation
 PRUNE_EVERY_S = 600.0  # maybe_prune's pace in one process
-TRASH = ".trash-"      # a folder being removed: renamed first, so readers see all of it or none
-SIDECAR = ".sha256"    # beside each build: the sha256 of the file eat wrote there
+TRASH = ".trash-"  # a folder being removed: renamed first, so readers see all of it or none
+SIDECAR = ".sha256"  # beside each build: the sha256 of the file eat wrote there
 
 
 def cache_dir() -> Path:
     """$EAT_CACHE_DIR, else $XDG_CACHE_HOME/eat, else ~/.cache/eat; created on first use."""
-    root = os.environ.get("EAT_CACHE_DIR") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eat"
+    root = (
+        os.environ.get("EAT_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eat"
+    )
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -108,8 +110,10 @@ def max_bytes() -> int:
     except ValueError:
         gb = math.nan
     if not (math.isfinite(gb) and gb > 0):
-        raise BadInput(f"EAT_CACHE_MAX_GB={text!r}: give the cache's cap in gigabytes, a "
-                       "positive number (default 20)")
+        raise BadInput(
+            f"EAT_CACHE_MAX_GB={text!r}: give the cache's cap in gigabytes, a "
+            "positive number (default 20)"
+        )
     return int(gb * 1e9)
 
 
@@ -142,6 +146,14 @@ def prune(limit_bytes: int | None = None, idle_s: float = IDLE_S) -> list[Path]:
 
 _pruned_at: float | None = None
 _prune_lock = threading.Lock()
+
+
+def forget_prunes() -> None:
+    """Forget when this process last pruned: its next maybe_prune prunes, as a new process's
+    would."""
+    global _pruned_at
+    with _prune_lock:
+        _pruned_at = None
 
 
 def maybe_prune(force: bool = False) -> None:
@@ -202,8 +214,11 @@ def _remove(path: Path, mtime: float) -> bool:
             path.unlink()
             _sidecar(path).unlink(missing_ok=True)
             return True
-        trash = path if path.name.startswith(TRASH) else \
-            path.with_name(f"{TRASH}{path.name}.{os.getpid()}")
+        trash = (
+            path
+            if path.name.startswith(TRASH)
+            else path.with_name(f"{TRASH}{path.name}.{os.getpid()}")
+        )
         os.rename(path, trash)
     except OSError:
         return False

@@ -16,11 +16,15 @@ import typer
 from rich.console import Console, Group
 from rich.table import Table
 
-from eat.errors import BadInput, EatError, RunnerUnavailable, read_file
+from eat.errors import EatError, RunnerUnavailable, read_file
 
 # No locals in tracebacks: they may hold keys.
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
-                  help="Evolving Agent Teams: make kernels faster with supervised agent teams.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    help="Evolving Agent Teams: make kernels faster with supervised agent teams.",
+)
 # Piped output would otherwise wrap at 80 columns and break table rows apart.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
@@ -43,7 +47,7 @@ def evaluate_file(target_dir: Path, candidate: Path):
     """Evaluate one candidate file against a target with this machine's runner."""
     from eat.cache import max_bytes
     from eat.doctor import load_peaks
-    from eat.runners.base import runner_for
+    from eat.runners import runner_for
     from eat.target import load_target
 
     t0 = time.monotonic()
@@ -62,9 +66,11 @@ def evaluate_file(target_dir: Path, candidate: Path):
 
 @app.command("eval")
 @_reports_errors
-def eval_cmd(target: Path = typer.Argument(..., help="Target folder (with target.toml)."),
-             candidate: Path = typer.Argument(..., help="Candidate source file."),
-             as_json: bool = typer.Option(False, "--json", help="Print the Evaluation as JSON.")):
+def eval_cmd(
+    target: Path = typer.Argument(..., help="Target folder (with target.toml)."),
+    candidate: Path = typer.Argument(..., help="Candidate source file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the Evaluation as JSON."),
+):
     """Build, verify and time one candidate against a target's baseline."""
     ev = evaluate_file(target, candidate)
     if as_json:
@@ -95,16 +101,31 @@ def _print_evaluation(ev) -> None:
         table = Table(title=f"{ev.target} on {ev.device}{arch}; latency: median ±IQR")
         names = "×".join(ev.workloads[0].params)
         vendor_peak = any(_vendor_peak(w) for w in ev.workloads)
-        for col in (names, "candidate ms", "baseline ms", "vendor ms", "speedup",
-                    "throughput", "% peak", *(["vendor % peak"] if vendor_peak else [])):
+        for col in (
+            names,
+            "candidate ms",
+            "baseline ms",
+            "vendor ms",
+            "speedup",
+            "throughput",
+            "% peak",
+            *(["vendor % peak"] if vendor_peak else []),
+        ):
             table.add_column(col, justify="right", no_wrap=True)
         for w in ev.workloads:
-            thr = f"{w.gflops:.1f} GFLOP/s" if w.gflops else (
-                f"{w.gbps:.1f} GB/s" if w.gbps else "-")
-            table.add_row("×".join(map(str, w.params.values())), _ms(w.candidate),
-                          _ms(w.baseline), _ms(w.vendor),
-                          f"{w.speedup:.2f}x" if w.speedup else "-", thr, _pct(w.peak_fraction),
-                          *([_pct(_vendor_peak(w))] if vendor_peak else []))
+            thr = (
+                f"{w.gflops:.1f} GFLOP/s" if w.gflops else (f"{w.gbps:.1f} GB/s" if w.gbps else "-")
+            )
+            table.add_row(
+                "×".join(map(str, w.params.values())),
+                _ms(w.candidate),
+                _ms(w.baseline),
+                _ms(w.vendor),
+                f"{w.speedup:.2f}x" if w.speedup else "-",
+                thr,
+                _pct(w.peak_fraction),
+                *([_pct(_vendor_peak(w))] if vendor_peak else []),
+            )
         out.print(table)
     line = f"[bold]{ev.status}[/bold]"
     if ev.speedup:
@@ -120,8 +141,10 @@ def _print_evaluation(ev) -> None:
 
 @app.command()
 @_reports_errors
-def doctor(refresh: bool = typer.Option(False, "--refresh", help="Measure the peaks again."),
-           as_json: bool = typer.Option(False, "--json", help="Print as JSON.")):
+def doctor(
+    refresh: bool = typer.Option(False, "--refresh", help="Measure the peaks again."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+):
     """Show the hardware and toolchains eat can use, and this machine's measured peaks."""
     from eat.doctor import machine_report
 
@@ -148,16 +171,28 @@ class _Progress:
         for col in ("team", "strategy", "state", "evals", "best"):
             table.add_column(col)
         for t in state.teams.values():
-            table.add_row(t.id, t.strategy, t.state + (" (exhausted)" if t.exhausted else ""),
-                          str(t.evals), f"{t.best_estimate:.2f}x" if t.best_estimate else "-")
+            table.add_row(
+                t.id,
+                t.strategy,
+                t.state + (" (exhausted)" if t.exhausted else ""),
+                str(t.evals),
+                f"{t.best_estimate:.2f}x" if t.best_estimate else "-",
+            )
         best = state.best
         budget = f"{state.spent_evals}/{self.max_evals} evaluations"
         if self.max_time:
             budget += f", {max(0.0, self.max_time - state.elapsed_s):.0f} s left"
-        head = (f"[bold]{budget}[/bold]   best: "
-                + (f"{best.estimate:.2f}x ({best.cid}" + (f", {best.gflops:.1f} GFLOP/s"
-                   if best.gflops else "") + ")" if best else "-")
-                + f"   plateaus {state.plateaus}, restructures {state.restructures}")
+        head = (
+            f"[bold]{budget}[/bold]   best: "
+            + (
+                f"{best.estimate:.2f}x ({best.cid}"
+                + (f", {best.gflops:.1f} GFLOP/s" if best.gflops else "")
+                + ")"
+                if best
+                else "-"
+            )
+            + f"   plateaus {state.plateaus}, restructures {state.restructures}"
+        )
         self.live.update(Group(head, table, f"last: {describe(event)}"[:200]))
 
 
@@ -183,55 +218,98 @@ def _run_with_progress(fn, *args, shown_evals: int, shown_time: float | None, **
 _MAX_EVALS = typer.Option(None, "--max-evals", help="Evaluations in the whole run.")
 _MAX_TIME = typer.Option(None, "--max-time", help="Seconds in the whole run (all sessions).")
 _MAX_COST = typer.Option(None, "--max-cost", help="LLM spend cap in USD for the whole run.")
-_MAX_CALLS = typer.Option(None, "--max-llm-calls", help="LLM calls in the whole run (default: "
-                          "10 per evaluation of --max-evals).")
-_WORKERS = typer.Option(None, "--workers", help="Teams' turns running at once, one per team "
-                        "(default: one fewer than the cores, at least 1).")
-_EXECUTOR = typer.Option(None, "--executor", help="'local' (default) or 'ray': builds, "
-                         "verification and timing in a Ray actor (pip install 'eat[ray]').")
-_RAY_ADDRESS = typer.Option(None, "--ray-address", help="A running Ray cluster (default with "
-                            "--executor ray: a local instance on loopback).")
+_MAX_CALLS = typer.Option(
+    None,
+    "--max-llm-calls",
+    help="LLM calls in the whole run (default: 10 per evaluation of --max-evals).",
+)
+_WORKERS = typer.Option(
+    None,
+    "--workers",
+    help="Teams' turns running at once, one per team "
+    "(default: one fewer than the cores, at least 1).",
+)
+_EXECUTOR = typer.Option(
+    None,
+    "--executor",
+    help="'local' (default) or 'ray': builds, "
+    "verification and timing in a Ray actor (pip install 'eat[ray]').",
+)
+_RAY_ADDRESS = typer.Option(
+    None,
+    "--ray-address",
+    help="A running Ray cluster (default with --executor ray: a local instance on loopback).",
+)
 
 
 @app.command()
 @_reports_errors
-def start(target: Path = typer.Argument(..., help="Target folder (with target.toml)."),
-          workspace: Path = typer.Option(None, "--workspace", "-w",
-                                         help="New workspace folder (default: workspaces/...)."),
-          model: str = typer.Option(None, "--model",
-                                    help="'offline' (default) or a litellm model."),
-          supervisor_model: str = typer.Option(None, "--supervisor-model",
-                                               help="litellm model for the supervisor (default: "
-                                               "rules)."),
-          api_base: str = typer.Option(None, "--api-base",
-                                       help="OpenAI-compatible server, e.g. "
-                                       "http://127.0.0.1:8000/v1."),
-          max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
-          max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS,
-          executor: str = _EXECUTOR, ray_address: str = _RAY_ADDRESS,
-          seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
-          agent: str = typer.Option(None, "--agent", help="Agent runtime of every team: "
-                                    "prompt, tools, command, claude-code, codex, aider, "
-                                    "mini-swe-agent (default: each preset's)."),
-          agent_command: str = typer.Option(None, "--agent-command", help="The command the "
-                                            "`command` runtime runs in a team's worktree."),
-          config: Path = typer.Option(None, "--config",
-                                      help="TOML file of run settings (default: ./eat.toml if "
-                                      "present); flags override it."),
-          skill: Path = typer.Option(None, "--skill", help="SKILL.md of an earlier run on the "
-                                     "same knobs (eat skill export): every agent and the "
-                                     "supervisor get it; offline teams start from its best.")):
+def start(
+    target: Path = typer.Argument(..., help="Target folder (with target.toml)."),
+    workspace: Path = typer.Option(
+        None, "--workspace", "-w", help="New workspace folder (default: workspaces/...)."
+    ),
+    model: str = typer.Option(None, "--model", help="'offline' (default) or a litellm model."),
+    supervisor_model: str = typer.Option(
+        None, "--supervisor-model", help="litellm model for the supervisor (default: rules)."
+    ),
+    api_base: str = typer.Option(
+        None, "--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."
+    ),
+    max_evals: int = _MAX_EVALS,
+    max_time: float = _MAX_TIME,
+    max_cost: float = _MAX_COST,
+    max_llm_calls: int = _MAX_CALLS,
+    workers: int = _WORKERS,
+    executor: str = _EXECUTOR,
+    ray_address: str = _RAY_ADDRESS,
+    seed: int = typer.Option(None, "--seed", help="Seed of the offline agents' choices."),
+    agent: str = typer.Option(
+        None,
+        "--agent",
+        help="Agent runtime of every team: "
+        "prompt, tools, command, claude-code, codex, aider, "
+        "mini-swe-agent (default: each preset's).",
+    ),
+    agent_command: str = typer.Option(
+        None, "--agent-command", help="The command the `command` runtime runs in a team's worktree."
+    ),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        help="TOML file of run settings (default: ./eat.toml if present); flags override it.",
+    ),
+    skill: Path = typer.Option(
+        None,
+        "--skill",
+        help="SKILL.md of an earlier run on the "
+        "same knobs (eat skill export): every agent and the "
+        "supervisor get it; offline teams start from its best.",
+    ),
+):
     """Start a run on a target in a new workspace."""
     from eat.config import make_config, settings_file
     from eat.target import load_target
 
-    flags = {k: v for k, v in [("model", model), ("seed", seed), ("max_evals", max_evals),
-                               ("max_time_s", max_time), ("max_cost_usd", max_cost),
-                               ("api_base", api_base), ("supervisor_model", supervisor_model),
-                               ("max_llm_calls", max_llm_calls), ("workers", workers),
-                               ("executor", executor), ("ray_address", ray_address),
-                               ("agent", agent), ("agent_command", agent_command)]
-             if v is not None}
+    flags = {
+        k: v
+        for k, v in [
+            ("model", model),
+            ("seed", seed),
+            ("max_evals", max_evals),
+            ("max_time_s", max_time),
+            ("max_cost_usd", max_cost),
+            ("api_base", api_base),
+            ("supervisor_model", supervisor_model),
+            ("max_llm_calls", max_llm_calls),
+            ("workers", workers),
+            ("executor", executor),
+            ("ray_address", ray_address),
+            ("agent", agent),
+            ("agent_command", agent_command),
+        ]
+        if v is not None
+    }
     if agent_command is not None and agent is None:
         flags["agent"] = "command"
     options = settings_file(config) | flags
@@ -240,39 +318,69 @@ def start(target: Path = typer.Argument(..., help="Target folder (with target.to
     _warn_unfenced(shown)
     from eat.run import start_run
 
-    _run_with_progress(start_run, target, workspace, shown_evals=shown.max_evals,
-                       shown_time=shown.max_time_s, skill=skill, **options)
+    _run_with_progress(
+        start_run,
+        target,
+        workspace,
+        shown_evals=shown.max_evals,
+        shown_time=shown.max_time_s,
+        skill=skill,
+        **options,
+    )
 
 
 @app.command()
 @_reports_errors
-def resume(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
-           max_evals: int = _MAX_EVALS, max_time: float = _MAX_TIME, max_cost: float = _MAX_COST,
-           max_llm_calls: int = _MAX_CALLS, workers: int = _WORKERS,
-           executor: str = _EXECUTOR, ray_address: str = _RAY_ADDRESS,
-           accept_target_change: bool = typer.Option(
-               False, "--accept-target-change", help="Go on although the target folder "
-               "changed since the run started: it is the run's target from here on.")):
+def resume(
+    workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+    max_evals: int = _MAX_EVALS,
+    max_time: float = _MAX_TIME,
+    max_cost: float = _MAX_COST,
+    max_llm_calls: int = _MAX_CALLS,
+    workers: int = _WORKERS,
+    executor: str = _EXECUTOR,
+    ray_address: str = _RAY_ADDRESS,
+    accept_target_change: bool = typer.Option(
+        False,
+        "--accept-target-change",
+        help="Go on although the target folder "
+        "changed since the run started: it is the run's target from here on.",
+    ),
+):
     """Continue a stopped or crashed run; budgets are totals for the run, not increments."""
     from eat.run import resume_run
     from eat.workspace import Workspace
 
     config = Workspace.open(workspace).config()
     _warn_unfenced(config)
-    _run_with_progress(resume_run, workspace, shown_evals=max_evals or config.max_evals,
-                       shown_time=max_time or config.max_time_s,
-                       accept_target_change=accept_target_change,
-                       **{k: v for k, v in [("max_evals", max_evals), ("max_time_s", max_time),
-                                            ("max_cost_usd", max_cost),
-                                            ("max_llm_calls", max_llm_calls),
-                                            ("workers", workers), ("executor", executor),
-                                            ("ray_address", ray_address)] if v is not None})
+    _run_with_progress(
+        resume_run,
+        workspace,
+        shown_evals=max_evals or config.max_evals,
+        shown_time=max_time or config.max_time_s,
+        accept_target_change=accept_target_change,
+        **{
+            k: v
+            for k, v in [
+                ("max_evals", max_evals),
+                ("max_time_s", max_time),
+                ("max_cost_usd", max_cost),
+                ("max_llm_calls", max_llm_calls),
+                ("workers", workers),
+                ("executor", executor),
+                ("ray_address", ray_address),
+            ]
+            if v is not None
+        },
+    )
 
 
 @app.command()
 @_reports_errors
-def status(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
-           as_json: bool = typer.Option(False, "--json", help="Print as JSON.")):
+def status(
+    workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+):
     """Show a run's progress: evaluations, best speedup, teams (safe while it runs)."""
     from eat.status import run_status
 
@@ -281,30 +389,48 @@ def status(workspace: Path = typer.Argument(..., help="Workspace folder of the r
         sys.stdout.write(json.dumps(st, indent=2) + "\n")
         return
     best = f"{st['best_speedup']:.2f}x ({st['best_candidate']})" if st["best_speedup"] else "-"
-    state = "running" if st["running"] else \
-        f"stopped: {st['stopped']}: {st['stop_reason']}" if st["stopped"] else "stopped: crashed"
+    state = (
+        "running"
+        if st["running"]
+        else f"stopped: {st['stopped']}: {st['stop_reason']}"
+        if st["stopped"]
+        else "stopped: crashed"
+    )
     out.print(f"{st['target']}  {state}", markup=False)
     if st["tampered"]:
         out.print(f"tampered: {st['tampered']}", markup=False)
     if st["skill"]:
-        out.print(f"started from the skill {st['skill']['name']} ({st['skill']['file']}: "
-                  f"{st['skill']['best']} at {st['skill']['best_speedup']:.2f}x)", markup=False)
-    out.print(f"evaluations {st['evaluations']}/{st['max_evals']} ({st['retimes']} re-times), "
-              f"best {best}, plateaus {st['plateaus']}, restructures {st['restructures']}, "
-              f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}", markup=False)
+        out.print(
+            f"started from the skill {st['skill']['name']} ({st['skill']['file']}: "
+            f"{st['skill']['best']} at {st['skill']['best_speedup']:.2f}x)",
+            markup=False,
+        )
+    out.print(
+        f"evaluations {st['evaluations']}/{st['max_evals']} ({st['retimes']} re-times), "
+        f"best {best}, plateaus {st['plateaus']}, restructures {st['restructures']}, "
+        f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}",
+        markup=False,
+    )
     table = Table(box=None)
     for col in ("team", "strategy", "state", "evals", "best"):
         table.add_column(col)
     for t in st["teams"]:
-        table.add_row(t["id"], t["strategy"], t["state"], str(t["evaluations"]),
-                      f"{t['best_speedup']:.2f}x" if t["best_speedup"] else "-")
+        table.add_row(
+            t["id"],
+            t["strategy"],
+            t["state"],
+            str(t["evaluations"]),
+            f"{t['best_speedup']:.2f}x" if t["best_speedup"] else "-",
+        )
     out.print(table)
 
 
 @app.command()
 @_reports_errors
-def watch(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
-          once: bool = typer.Option(False, "--once", help="Print one frame and exit.")):
+def watch(
+    workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+):
     """Watch a run live: best so far and its curve, teams and their latest candidates, the
     supervisor's plateaus and restructures, LLM spend; redrawn as events land (Ctrl-C leaves)."""
     from eat.watch import watch as watch_run
@@ -314,23 +440,32 @@ def watch(workspace: Path = typer.Argument(..., help="Workspace folder of the ru
 
 @app.command()
 @_reports_errors
-def steer(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
-          text: str = typer.Argument(..., help="What to tell the agents and the supervisor."),
-          team: str = typer.Option(None, "--team", help="Tell one team only.")):
+def steer(
+    workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+    text: str = typer.Argument(..., help="What to tell the agents and the supervisor."),
+    team: str = typer.Option(None, "--team", help="Tell one team only."),
+):
     """Tell a run something: its next prompts (the team's, or every team's, and the
     supervisor's) carry it, and history.jsonl records it (human_steered)."""
     from eat.steer import send
 
     _, running = send(workspace, text, team)
-    out.print("sent: the run picks it up within 2 s" if running else
-              "queued: the run picks it up when it resumes (eat resume)", markup=False)
+    out.print(
+        "sent: the run picks it up within 2 s"
+        if running
+        else "queued: the run picks it up when it resumes (eat resume)",
+        markup=False,
+    )
 
 
 @app.command()
 @_reports_errors
-def report(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
-           output: Path = typer.Option(None, "--output", "-o", help="HTML file to write "
-                                       "(default: report.html in the workspace).")):
+def report(
+    workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="HTML file to write (default: report.html in the workspace)."
+    ),
+):
     """Write one self-contained HTML file about a run: progress, lineage, per-workload times,
     tokens and cost, restructures, LEARNING.md (safe while it runs)."""
     from eat.report import write_report
@@ -338,16 +473,16 @@ def report(workspace: Path = typer.Argument(..., help="Workspace folder of the r
     out.print(f"wrote {write_report(workspace, output)}", markup=False)
 
 
-skill_app = typer.Typer(no_args_is_help=True, help="What a run learned, as a reusable "
-                        "SKILL.md.")
+skill_app = typer.Typer(no_args_is_help=True, help="What a run learned, as a reusable SKILL.md.")
 app.add_typer(skill_app, name="skill")
 
 
 @skill_app.command("export")
 @_reports_errors
-def skill_export(workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
-                 out_file: Path = typer.Option(None, "--out", "-o", help="File to write "
-                                               "(default: ./SKILL.md).")):
+def skill_export(
+    workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
+    out_file: Path = typer.Option(None, "--out", "-o", help="File to write (default: ./SKILL.md)."),
+):
     """Write what a run learned as a SKILL.md: lessons with evidence, knob effects, dead
     ends, the best candidate, and its best configurations for `eat start --skill`."""
     from eat.skill import export
@@ -382,8 +517,10 @@ _AS_JSON = typer.Option(False, "--json", help="Print the reply as JSON.")
 
 @app.command()
 @_reports_errors
-def submit(message: str = typer.Option("", "--message", "-m", help="What this candidate tries."),
-           as_json: bool = _AS_JSON):
+def submit(
+    message: str = typer.Option("", "--message", "-m", help="What this candidate tries."),
+    as_json: bool = _AS_JSON,
+):
     """Inside a team's worktree (an agent): evaluate the candidate file and keep it as the
     team's candidate. Exit 0 when it is correct."""
     _agent_request("submit", message, as_json)
@@ -405,11 +542,17 @@ def profile(as_json: bool = _AS_JSON):
     _agent_request("profile", "", as_json)
 
 
-import_app = typer.Typer(no_args_is_help=True, help="Turn a KernelBench, GPU MODE or "
-                         "FlashInfer-Bench problem into a target folder.")
+import_app = typer.Typer(
+    no_args_is_help=True,
+    help="Turn a KernelBench, GPU MODE or FlashInfer-Bench problem into a target folder.",
+)
 app.add_typer(import_app, name="import")
-_OUT = typer.Option(None, "--out", "-o", help="Target folder to write (default: ./NAME); it "
-                    "must not exist or be empty.")
+_OUT = typer.Option(
+    None,
+    "--out",
+    "-o",
+    help="Target folder to write (default: ./NAME); it must not exist or be empty.",
+)
 _RUNNER = typer.Option("cuda", "--runner", help="cuda, rocm or cpu (torch's CPU build).")
 
 
@@ -420,12 +563,19 @@ def _imported(path: Path) -> None:
 @import_app.command("kernelbench")
 @_reports_errors
 def import_kernelbench_cmd(
-        file: Path = typer.Argument(..., help="Problem file: class Model, get_inputs, "
-                                    "get_init_inputs."),
-        out_dir: Path = _OUT, runner: str = _RUNNER,
-        sizes: str = typer.Option(None, "--sizes", help="published (the problem's own) or fit "
-                                  "(scaled to what one CPU core holds and runs quickly; the "
-                                  "default with --runner cpu).")):
+    file: Path = typer.Argument(
+        ..., help="Problem file: class Model, get_inputs, get_init_inputs."
+    ),
+    out_dir: Path = _OUT,
+    runner: str = _RUNNER,
+    sizes: str = typer.Option(
+        None,
+        "--sizes",
+        help="published (the problem's own) or fit "
+        "(scaled to what one CPU core holds and runs quickly; the "
+        "default with --runner cpu).",
+    ),
+):
     """A KernelBench problem; candidates define class ModelNew."""
     from eat.formats.kernelbench import import_kernelbench
 
@@ -435,8 +585,10 @@ def import_kernelbench_cmd(
 @import_app.command("gpumode")
 @_reports_errors
 def import_gpumode_cmd(
-        task_dir: Path = typer.Argument(..., help="Task folder with task.yml and reference.py."),
-        out_dir: Path = _OUT, runner: str = _RUNNER):
+    task_dir: Path = typer.Argument(..., help="Task folder with task.yml and reference.py."),
+    out_dir: Path = _OUT,
+    runner: str = _RUNNER,
+):
     """A GPU MODE reference-kernels task; candidates define custom_kernel(data)."""
     from eat.formats.gpumode import import_gpumode
 
@@ -446,10 +598,13 @@ def import_gpumode_cmd(
 @import_app.command("flashinfer")
 @_reports_errors
 def import_flashinfer_cmd(
-        definition: Path = typer.Argument(..., help="Definition JSON."),
-        workloads: Path = typer.Argument(None, help="Workloads JSONL (needed when the "
-                                         "definition has var axes)."),
-        out_dir: Path = _OUT, runner: str = _RUNNER):
+    definition: Path = typer.Argument(..., help="Definition JSON."),
+    workloads: Path = typer.Argument(
+        None, help="Workloads JSONL (needed when the definition has var axes)."
+    ),
+    out_dir: Path = _OUT,
+    runner: str = _RUNNER,
+):
     """A FlashInfer-Bench definition; candidates define run(*inputs, *outputs)."""
     from eat.formats.flashinfer_bench import import_flashinfer
 

@@ -11,13 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from eat.errors import BadInput
 
-
 LLM_CALLS_PER_EVAL, ATTEMPTS_PER_EVAL, SPAWNED_PER_TEAM, CHECKS_PER_EVAL = 10, 3, 3, 5
 # Agent runtimes: `prompt` (one reply per turn), `tools` (eat's tool-calling loop), and the
 # external agents run in the team's worktree (`command` and its presets).
 RUNTIMES = ("prompt", "tools", "command", "claude-code", "codex", "aider", "mini-swe-agent")
-Runtime = Literal["prompt", "tools", "command", "claude-code", "codex", "aider",
-                  "mini-swe-agent"]
+Runtime = Literal["prompt", "tools", "command", "claude-code", "codex", "aider", "mini-swe-agent"]
 EXTERNAL = ("command", "claude-code", "codex", "aider", "mini-swe-agent")  # run as processes
 
 
@@ -26,15 +24,21 @@ class AgentsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    confine: bool = Field(True, description="Fence every external agent's processes with "
-                          "Landlock: they change files only in their team's worktree, their "
-                          "turn's temporary folder and their CLI's declared folders, and cannot "
-                          "read the run's sealed files or the target's private/. False lets "
-                          "agents write and read wherever the user can (eat says so loudly).")
-    writes: list[str] = Field([], description="More folders (or files) every agent may change, "
-                              "e.g. a cache its tools need; `~` is the user's home, and an "
-                              "entry ending in '/' is made if missing. One that holds the "
-                              "workspace or the target (such as `~` itself) is left out.")
+    confine: bool = Field(
+        True,
+        description="Fence every external agent's processes with "
+        "Landlock: they change files only in their team's worktree, their "
+        "turn's temporary folder and their CLI's declared folders, and cannot "
+        "read the run's sealed files or the target's private/. False lets "
+        "agents write and read wherever the user can (eat says so loudly).",
+    )
+    writes: list[str] = Field(
+        [],
+        description="More folders (or files) every agent may change, "
+        "e.g. a cache its tools need; `~` is the user's home, and an "
+        "entry ending in '/' is made if missing. One that holds the "
+        "workspace or the target (such as `~` itself) is left out.",
+    )
 
 
 class PlateauConfig(BaseModel):
@@ -42,30 +46,51 @@ class PlateauConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    team_window: int | None = Field(None, ge=2, description="Candidates of one team without "
-                                    "an improvement before that team has plateaued; None: "
-                                    "max(6, max_evals / 10).")
-    run_window: int | None = Field(None, ge=2, description="Candidates of the whole run without "
-                                   "an improvement before the run has plateaued; None: max(8, "
-                                   "max_evals / 8).")
-    fail_window: int = Field(5, ge=2, description="Consecutive failed candidates of a team "
-                             "that count as a failing team.")
-    repeat_window: int = Field(2, ge=1, description="Attempts of a team in a row that repeat "
-                               "known candidates before the supervisor steers it (and, once "
-                               "steered, retires it).")
-    min_gain: float = Field(0.02, ge=0, description="Smallest relative gain that counts, "
-                            "whatever the measured noise.")
-    score_after: int | None = Field(None, ge=1, description="Candidates of the team a "
-                                    "restructure created or changed before the decision is "
-                                    "scored; None: max(4, max_evals / 12).")
+    team_window: int | None = Field(
+        None,
+        ge=2,
+        description="Candidates of one team without "
+        "an improvement before that team has plateaued; None: "
+        "max(6, max_evals / 10).",
+    )
+    run_window: int | None = Field(
+        None,
+        ge=2,
+        description="Candidates of the whole run without "
+        "an improvement before the run has plateaued; None: max(8, "
+        "max_evals / 8).",
+    )
+    fail_window: int = Field(
+        5, ge=2, description="Consecutive failed candidates of a team that count as a failing team."
+    )
+    repeat_window: int = Field(
+        2,
+        ge=1,
+        description="Attempts of a team in a row that repeat "
+        "known candidates before the supervisor steers it (and, once "
+        "steered, retires it).",
+    )
+    min_gain: float = Field(
+        0.02, ge=0, description="Smallest relative gain that counts, whatever the measured noise."
+    )
+    score_after: int | None = Field(
+        None,
+        ge=1,
+        description="Candidates of the team a "
+        "restructure created or changed before the decision is "
+        "scored; None: max(4, max_evals / 12).",
+    )
 
     def resolved(self, max_evals: int) -> PlateauConfig:
         """These settings with the windows left to the budget filled in: a short run gets
         short windows, so it still has room for several decisions."""
-        return self.model_copy(update={
-            "team_window": self.team_window or max(6, max_evals // 10),
-            "run_window": self.run_window or max(8, max_evals // 8),
-            "score_after": self.score_after or max(4, max_evals // 12)})
+        return self.model_copy(
+            update={
+                "team_window": self.team_window or max(6, max_evals // 10),
+                "run_window": self.run_window or max(8, max_evals // 8),
+                "score_after": self.score_after or max(4, max_evals // 12),
+            }
+        )
 
 
 class RunConfig(BaseModel):
@@ -74,76 +99,157 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     target: str = Field(description="Path of the target folder.")
-    model: str = Field("offline", description="Agent model: 'offline' or a litellm model string "
-                       "(a team preset's role may name its own).")
-    supervisor_model: str | None = Field(None, description="litellm model for the supervisor's "
-                                         "diagnoses; None: the rule-based supervisor.")
-    api_base: str | None = Field(None, description="OpenAI-compatible server for every model "
-                                 "(vLLM, SGLang, Ollama), e.g. http://127.0.0.1:8000/v1.")
+    model: str = Field(
+        "offline",
+        description="Agent model: 'offline' or a litellm model string "
+        "(a team preset's role may name its own).",
+    )
+    supervisor_model: str | None = Field(
+        None,
+        description="litellm model for the supervisor's "
+        "diagnoses; None: the rule-based supervisor.",
+    )
+    api_base: str | None = Field(
+        None,
+        description="OpenAI-compatible server for every model "
+        "(vLLM, SGLang, Ollama), e.g. http://127.0.0.1:8000/v1.",
+    )
     llm_timeout_s: float = Field(300.0, gt=0, description="Per LLM call attempt.")
-    llm_attempts: int = Field(5, ge=1, description="Tries per LLM call for rate limits, 5xx and "
-                              "timeouts, before the team pauses for an outage.")
+    llm_attempts: int = Field(
+        5,
+        ge=1,
+        description="Tries per LLM call for rate limits, 5xx and "
+        "timeouts, before the team pauses for an outage.",
+    )
     llm_backoff_s: float = Field(2.0, ge=0, description="First wait between tries; doubles.")
-    llm_concurrency: int = Field(4, ge=1, description="LLM calls to one model in flight at "
-                                 "once, across all teams; a rate-limit answer holds them all.")
-    input_cost_per_token: float | None = Field(None, ge=0, description="USD per prompt token, "
-                                               "for models litellm has no price for.")
-    output_cost_per_token: float | None = Field(None, ge=0, description="USD per completion "
-                                                "token, likewise.")
-    repairs: int = Field(2, ge=0, description="Repair attempts a failed LLM candidate gets, fed "
-                         "with its compiler message or mismatch, before its idea is dropped.")
-    max_evals: int = Field(60, ge=1, description="Evaluations in the whole run: candidates and "
-                           "re-times of the elite alike.")
-    max_time_s: float | None = Field(None, gt=0, description="Wall-clock seconds in the whole "
-                                     "run, summed over sessions.")
+    llm_concurrency: int = Field(
+        4,
+        ge=1,
+        description="LLM calls to one model in flight at "
+        "once, across all teams; a rate-limit answer holds them all.",
+    )
+    input_cost_per_token: float | None = Field(
+        None, ge=0, description="USD per prompt token, for models litellm has no price for."
+    )
+    output_cost_per_token: float | None = Field(
+        None, ge=0, description="USD per completion token, likewise."
+    )
+    repairs: int = Field(
+        2,
+        ge=0,
+        description="Repair attempts a failed LLM candidate gets, fed "
+        "with its compiler message or mismatch, before its idea is dropped.",
+    )
+    max_evals: int = Field(
+        60,
+        ge=1,
+        description="Evaluations in the whole run: candidates and re-times of the elite alike.",
+    )
+    max_time_s: float | None = Field(
+        None, gt=0, description="Wall-clock seconds in the whole run, summed over sessions."
+    )
     max_cost_usd: float | None = Field(None, ge=0, description="LLM spend cap in USD.")
-    max_llm_calls: int | None = Field(None, ge=0, description="LLM calls in the whole run, "
-                                      "failed tries and the supervisor's included; None: "
-                                      f"{LLM_CALLS_PER_EVAL} per evaluation of max_evals.")
-    max_attempts: int | None = Field(None, ge=1, description="Team turns in the whole run, "
-                                     "whether they gave a candidate or not (a duplicate, a "
-                                     "malformed reply); None: "
-                                     f"{ATTEMPTS_PER_EVAL} per evaluation of max_evals.")
-    no_progress: int = Field(12, ge=1, le=1000, description="Attempts in a row without a new "
-                             "evaluation after which the run stops (stop code no_progress).")
-    max_spawned: int | None = Field(None, ge=1, description="Teams spawned over the whole run, "
-                                    "the starting ones included; None: "
-                                    f"{SPAWNED_PER_TEAM} times max_teams.")
+    max_llm_calls: int | None = Field(
+        None,
+        ge=0,
+        description="LLM calls in the whole run, "
+        "failed tries and the supervisor's included; None: "
+        f"{LLM_CALLS_PER_EVAL} per evaluation of max_evals.",
+    )
+    max_attempts: int | None = Field(
+        None,
+        ge=1,
+        description="Team turns in the whole run, "
+        "whether they gave a candidate or not (a duplicate, a "
+        "malformed reply); None: "
+        f"{ATTEMPTS_PER_EVAL} per evaluation of max_evals.",
+    )
+    no_progress: int = Field(
+        12,
+        ge=1,
+        le=1000,
+        description="Attempts in a row without a new "
+        "evaluation after which the run stops (stop code no_progress).",
+    )
+    max_spawned: int | None = Field(
+        None,
+        ge=1,
+        description="Teams spawned over the whole run, "
+        "the starting ones included; None: "
+        f"{SPAWNED_PER_TEAM} times max_teams.",
+    )
     seed: int = Field(0, description="Seed of every random choice the offline agents make.")
-    teams: list[str] | None = Field(None, min_length=1, description="Team presets spawned at "
-                                    "the start; None: a coordinate climb and an explorer.")
+    teams: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="Team presets spawned at the start; None: a coordinate climb and an explorer.",
+    )
     max_teams: int = Field(4, ge=1, description="Most teams active at once.")
-    workers: int | None = Field(None, ge=1, description="Teams' turns (proposal, LLM calls, "
-                                "build, verification) running at once, one per team; timing "
-                                "still takes one slot per device. None: one fewer than the "
-                                "machine's cores, at least 1.")
-    executor: Literal["local", "ray"] = Field("local", description="Where builds, "
-                                              "verification and timing run: this process's "
-                                              "children, or a Ray actor (pip install "
-                                              "'eat[ray]'), on this machine or a cluster.")
-    ray_address: str | None = Field(None, description="A running Ray cluster to use with "
-                                    "executor 'ray'; None: a local Ray instance on loopback, "
-                                    "started and ended with the run.")
-    agent: Runtime | None = Field(None, description="Agent runtime of every team: prompt, "
-                                  "tools, command, claude-code, codex, aider, mini-swe-agent; "
-                                  "None: each preset's `runtime`, else offline or prompt as "
-                                  "--model says.")
-    agent_command: str | None = Field(None, description="Shell command the `command` runtime "
-                                      "runs in a team's worktree, with EAT_WORKSPACE, EAT_TEAM "
-                                      "and EAT_TASK set; it submits with `eat submit`.")
-    agent_wall_s: float = Field(900.0, gt=0, description="Wall-clock seconds an agent may work "
-                                "in one turn; then it is stopped.")
-    agent_steps: int = Field(30, ge=1, description="Steps an agent may take in one turn: model "
-                             "calls of the tools loop (and an external CLI's turns, where it "
-                             "takes a limit), and its checks and submits; then it is stopped.")
-    agent_submits: int = Field(3, ge=1, description="Candidates an agent may submit in one turn "
-                               "(each one an evaluation of max_evals).")
-    max_checks: int | None = Field(None, ge=0, description="`eat check` calls in the whole run; "
-                                   f"None: {CHECKS_PER_EVAL} per evaluation of max_evals.")
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="Teams' turns (proposal, LLM calls, "
+        "build, verification) running at once, one per team; timing "
+        "still takes one slot per device. None: one fewer than the "
+        "machine's cores, at least 1.",
+    )
+    executor: Literal["local", "ray"] = Field(
+        "local",
+        description="Where builds, "
+        "verification and timing run: this process's "
+        "children, or a Ray actor (pip install "
+        "'eat[ray]'), on this machine or a cluster.",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="A running Ray cluster to use with "
+        "executor 'ray'; None: a local Ray instance on loopback, "
+        "started and ended with the run.",
+    )
+    agent: Runtime | None = Field(
+        None,
+        description="Agent runtime of every team: prompt, "
+        "tools, command, claude-code, codex, aider, mini-swe-agent; "
+        "None: each preset's `runtime`, else offline or prompt as "
+        "--model says.",
+    )
+    agent_command: str | None = Field(
+        None,
+        description="Shell command the `command` runtime "
+        "runs in a team's worktree, with EAT_WORKSPACE, EAT_TEAM "
+        "and EAT_TASK set; it submits with `eat submit`.",
+    )
+    agent_wall_s: float = Field(
+        900.0,
+        gt=0,
+        description="Wall-clock seconds an agent may work in one turn; then it is stopped.",
+    )
+    agent_steps: int = Field(
+        30,
+        ge=1,
+        description="Steps an agent may take in one turn: model "
+        "calls of the tools loop (and an external CLI's turns, where it "
+        "takes a limit), and its checks and submits; then it is stopped.",
+    )
+    agent_submits: int = Field(
+        3,
+        ge=1,
+        description="Candidates an agent may submit in one turn "
+        "(each one an evaluation of max_evals).",
+    )
+    max_checks: int | None = Field(
+        None,
+        ge=0,
+        description="`eat check` calls in the whole run; "
+        f"None: {CHECKS_PER_EVAL} per evaluation of max_evals.",
+    )
     agents: AgentsConfig = AgentsConfig()
-    supervise: bool = Field(True, description="Detect plateaus and restructure the teams; "
-                            "False keeps the starting teams as they are (a baseline to compare "
-                            "the supervisor against).")
+    supervise: bool = Field(
+        True,
+        description="Detect plateaus and restructure the teams; "
+        "False keeps the starting teams as they are (a baseline to compare "
+        "the supervisor against).",
+    )
     plateau: PlateauConfig = PlateauConfig()
 
     def start_teams(self) -> list[str]:
@@ -155,8 +261,11 @@ class RunConfig(BaseModel):
 
     # Defaults derived from other budgets, so that no setting leaves spend unbounded.
     def llm_call_cap(self) -> int:
-        return self.max_llm_calls if self.max_llm_calls is not None else \
-            LLM_CALLS_PER_EVAL * self.max_evals
+        return (
+            self.max_llm_calls
+            if self.max_llm_calls is not None
+            else LLM_CALLS_PER_EVAL * self.max_evals
+        )
 
     def attempt_cap(self) -> int:
         return self.max_attempts or ATTEMPTS_PER_EVAL * self.max_evals
@@ -165,8 +274,7 @@ class RunConfig(BaseModel):
         return self.max_spawned or SPAWNED_PER_TEAM * self.max_teams
 
     def check_cap(self) -> int:
-        return self.max_checks if self.max_checks is not None else \
-            CHECKS_PER_EVAL * self.max_evals
+        return self.max_checks if self.max_checks is not None else CHECKS_PER_EVAL * self.max_evals
 
     @model_validator(mode="after")
     def _command_given(self) -> RunConfig:

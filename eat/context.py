@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from eat.agents.base import Agent
 from eat.config import RunConfig
@@ -25,20 +26,20 @@ class RunContext:
     runner: Runner
     config: RunConfig
     presets: dict[str, Any]
-    make_agent: Callable[[Any, "RunContext"], Agent]  # (team, this context) -> its agent
+    make_agent: Callable[[Any, RunContext], Agent]  # (team, this context) -> its agent
     eval_config: EvalConfig | None = None
     on_event: Callable[[Event, RunState], None] = lambda e, s: None
-    elapsed_base: float = 0.0              # run time of earlier sessions
+    elapsed_base: float = 0.0  # run time of earlier sessions
     started: float = field(default_factory=time.monotonic)
     agents: dict[str, Agent] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
-    advisor: Any = None                    # LLMAdvisor when a supervisor model is set
-    outages: int = 0                       # consecutive pauses, for the backoff
+    advisor: Any = None  # LLMAdvisor when a supervisor model is set
+    outages: int = 0  # consecutive pauses, for the backoff
     written: dict = field(default_factory=dict)  # derived file -> text last written
-    halt: Any = None                       # a Stop a turn found (no team left, unusable model)
-    executor: Any = None                   # LocalExecutor while turns run on worker threads
+    halt: Any = None  # a Stop a turn found (no team left, unusable model)
+    executor: Any = None  # LocalExecutor while turns run on worker threads
     turns: dict[str, Any] = field(default_factory=dict)  # team -> its turn.Turn in flight
-    steering: Any = None                   # eat.steer.Steering while the run watches for edits
+    steering: Any = None  # eat.steer.Steering while the run watches for edits
 
     @property
     def reserved(self) -> int:

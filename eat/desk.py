@@ -17,7 +17,6 @@ import os
 import time
 import uuid
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from eat.agents.base import Proposal, start_candidate
@@ -38,9 +37,13 @@ def reply_of(ev: Evaluation, **extra) -> dict:
     """What an agent is told about an evaluation: status, speedup, per-workload lines (times,
     throughput, fraction of peak) and, when it failed, why (with the compiler's or harness's
     words)."""
-    out = {"status": ev.status, "speedup": ev.speedup, "message": ev.message,
-           "workloads": [w.summary() for w in ev.workloads],
-           "peak_fraction": [w.peak_fraction for w in ev.workloads]}
+    out = {
+        "status": ev.status,
+        "speedup": ev.speedup,
+        "message": ev.message,
+        "workloads": [w.summary() for w in ev.workloads],
+        "peak_fraction": [w.peak_fraction for w in ev.workloads],
+    }
     if not ev.ok:
         out["log"] = (ev.compile_log + ev.stderr)[-3000:]
         out["detail"] = ev.detail
@@ -54,7 +57,7 @@ class Desk:
         self.turn, self.ctx, self.parent = turn, turn.ctx, parent
         self.cfg = turn.ctx.config
         self.steps = self.submitted = 0
-        self.last = None                  # the turn's latest CandidateEvaluated
+        self.last = None  # the turn's latest CandidateEvaluated
         self.started = time.monotonic()
         self.hard = False
 
@@ -92,9 +95,12 @@ class Desk:
         ctx, turn = self.ctx, self.turn
         if not turn.claim(source):
             known = ctx.on_main(lambda: ctx.state.hashes.get(source_hash(source)))
-            return {"status": "duplicate", "message": "this source was evaluated already"
-                    + (f" as {known}" if known else " (or is being evaluated)"),
-                    "candidate": known or None}
+            return {
+                "status": "duplicate",
+                "message": "this source was evaluated already"
+                + (f" as {known}" if known else " (or is being evaluated)"),
+                "candidate": known or None,
+            }
         if turn.held == 0 and not turn.reserve():
             return {"status": "refused", "message": "refused: the run's evaluations are spent"}
         idea = redact(" ".join(message.split()))[:200] or "submitted by the agent"
@@ -104,9 +110,13 @@ class Desk:
         best = ctx.on_main(lambda: ctx.state.best)
         new_best = best is not None and best.cid == event.candidate
         self._commit(event, new_best)
-        return reply_of(ev, candidate=event.candidate, new_best=new_best,
-                        run_best=best.estimate if best else None,
-                        submits_left=self.cfg.agent_submits - self.submitted)
+        return reply_of(
+            ev,
+            candidate=event.candidate,
+            new_best=new_best,
+            run_best=best.estimate if best else None,
+            submits_left=self.cfg.agent_submits - self.submitted,
+        )
 
     def check(self, source: str) -> dict:
         """Build and verify `source`, without timing it (no speedup: `submit` times)."""
@@ -115,9 +125,15 @@ class Desk:
         ctx = self.ctx
         cfg = (ctx.eval_config or ctx.target.evaluation).model_copy(update={"timed": False})
         ev = ctx.runner.evaluate(ctx.target, source, config=cfg)
-        self.turn.record(CandidateChecked(team=self.turn.team, source_hash=ev.source_hash,
-                                          status=ev.status, speedup=ev.speedup,
-                                          message=ev.message[:300]))
+        self.turn.record(
+            CandidateChecked(
+                team=self.turn.team,
+                source_hash=ev.source_hash,
+                status=ev.status,
+                speedup=ev.speedup,
+                message=ev.message[:300],
+            )
+        )
         return reply_of(ev)
 
     def profile(self, source: str) -> dict:
@@ -127,6 +143,7 @@ class Desk:
         if refused := self._refused():
             return refused
         from eat.agents.profile import profile
+
         ctx = self.ctx
         known = ctx.on_main(lambda: ctx.state.hashes.get(source_hash(source)))
         ev = None
@@ -134,9 +151,12 @@ class Desk:
             c = ctx.on_main(lambda: ctx.state.candidates[known])
             path = ctx.ws.paths.result(c.team, c.cid)
             ev = Evaluation.model_validate_json(path.read_text()) if path.is_file() else None
-        return {"status": "ok", "candidate": known or None,
-                "workloads": [w.summary() for w in ev.workloads] if ev else [],
-                "profile": profile(ctx.target, source)}
+        return {
+            "status": "ok",
+            "candidate": known or None,
+            "workloads": [w.summary() for w in ev.workloads] if ev else [],
+            "profile": profile(ctx.target, source),
+        }
 
     def _commit(self, event, new_best: bool) -> None:
         """The candidate and the agent's notes, on the team's branch."""
@@ -147,10 +167,13 @@ class Desk:
         if notes.is_file() and (text := notes.read_text()) != redact(text):
             write_atomic(notes, redact(text))  # eat commits it: no key goes into git
         what = f"{event.speedup:.2f}x" if event.speedup else event.message[:80]
-        self.ctx.ws.commit_worktree(team, f"{event.candidate}: {event.status} {what}"
-                                    + (" (new best)" if new_best else "") + f" [{event.idea}]",
-                                    [paths.work_source(team, self.ctx.target.language).name,
-                                     paths.agent_notes(team).name])
+        self.ctx.ws.commit_worktree(
+            team,
+            f"{event.candidate}: {event.status} {what}"
+            + (" (new best)" if new_best else "")
+            + f" [{event.idea}]",
+            [paths.work_source(team, self.ctx.target.language).name, paths.agent_notes(team).name],
+        )
 
     # -- requests from `eat submit` / `eat check` -----------------------------------------------
 
@@ -173,8 +196,11 @@ class Desk:
                 answer = self.submit(source, ask.get("message", ""))
             else:
                 answer = getattr(self, kind)(source)
-            write_atomic(req.with_name(req.name.replace(".request.", ".reply.")),
-                         json.dumps(answer, indent=2), durable=False)
+            write_atomic(
+                req.with_name(req.name.replace(".request.", ".reply.")),
+                json.dumps(answer, indent=2),
+                durable=False,
+            )
             req.unlink(missing_ok=True)
             done += 1
         return done
@@ -186,26 +212,34 @@ def work_turn(turn: Turn, agent):
     attempt_failed (no_candidate) when it submitted nothing."""
     team = turn.state.teams[turn.team]
     from eat.worktree import prepare
+
     parent = prepare(turn.ctx, team, turn.state)
     start = start_candidate(team, turn.state)
     desk = Desk(turn, parent=parent or (start.cid if start else None))
     why = agent.work(team, turn.state, desk) or "the agent stopped"
     if desk.last is not None:
         return desk.last
-    return turn.record(AttemptFailed(team=turn.team, kind="no_candidate",
-                                     reason=f"no candidate submitted: {why}"[:500],
-                                     seen_seq=turn.seen))
+    return turn.record(
+        AttemptFailed(
+            team=turn.team,
+            kind="no_candidate",
+            reason=f"no candidate submitted: {why}"[:500],
+            seen_seq=turn.seen,
+        )
+    )
 
 
 # -- the client side: `eat submit`, `eat check`, `eat profile` ---------------------------------
+
 
 def agent_env() -> tuple[Paths, str, Path]:
     """The workspace, team and task file an agent was given; BadInput when run elsewhere."""
     names = ("EAT_WORKSPACE", "EAT_TEAM", "EAT_TASK")
     missing = [n for n in names if not os.environ.get(n)]
     if missing:
-        raise BadInput(f"{', '.join(missing)} not set: run this inside a team's worktree, "
-                       "as eat's agents do")
+        raise BadInput(
+            f"{', '.join(missing)} not set: run this inside a team's worktree, as eat's agents do"
+        )
     paths = Paths(Path(os.environ["EAT_WORKSPACE"]))
     return paths, os.environ["EAT_TEAM"], Path(os.environ["EAT_TASK"])
 
@@ -220,9 +254,11 @@ def ask(kind: str, message: str = "", timeout_s: float = 3600.0, poll_s: float =
     box = paths.requests(team)
     box.mkdir(parents=True, exist_ok=True)
     rid = uuid.uuid4().hex[:12]
-    write_atomic(box / f"{rid}.request.json",
-                 json.dumps({"kind": kind, "message": message,
-                             "source": sources[0].read_text()}), durable=False)
+    write_atomic(
+        box / f"{rid}.request.json",
+        json.dumps({"kind": kind, "message": message, "source": sources[0].read_text()}),
+        durable=False,
+    )
     reply = box / f"{rid}.reply.json"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -232,5 +268,7 @@ def ask(kind: str, message: str = "", timeout_s: float = 3600.0, poll_s: float =
             return answer
         time.sleep(poll_s)
     (box / f"{rid}.request.json").unlink(missing_ok=True)
-    raise BadInput(f"no answer in {timeout_s:g} s: is an eat run serving {paths.root}, and is "
-                   f"it team {team}'s turn?")
+    raise BadInput(
+        f"no answer in {timeout_s:g} s: is an eat run serving {paths.root}, and is "
+        f"it team {team}'s turn?"
+    )

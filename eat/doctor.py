@@ -205,10 +205,20 @@ def _run_c(source: str, cpu: int, compiler: str = "cc") -> float:
     with tempfile.TemporaryDirectory(prefix="eat-doctor-") as tmp:
         src, exe = Path(tmp) / "bench.c", Path(tmp) / "bench"
         src.write_text(source)
-        subprocess.run([compiler, "-O3", "-march=native", "-o", str(exe), str(src)], check=True,
-                       capture_output=True, timeout=120)
-        out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=120,
-                             preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        subprocess.run(
+            [compiler, "-O3", "-march=native", "-o", str(exe), str(src)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        out = subprocess.run(
+            [str(exe)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+        )
         return float(out.stdout.split()[0])
 
 
@@ -262,15 +272,24 @@ def load_peaks(runner: str = "cpu", measure: bool = True, refresh: bool = False)
     if runner != "cpu":
         return None
     data = _read_cache()
-    if data.get("machine") == machine_key() and data.get("program") == _cpu_program() \
-            and not refresh:
+    if (
+        data.get("machine") == machine_key()
+        and data.get("program") == _cpu_program()
+        and not refresh
+    ):
         if peaks := _cached_peaks(data):
             return peaks
     if not measure or not shutil.which("cc"):
         return None
     peaks = measure_peaks()
-    _write_cache({"machine": machine_key(), "program": _cpu_program(), "measured_at": time.time(),
-                  "peaks": peaks.model_dump()})
+    _write_cache(
+        {
+            "machine": machine_key(),
+            "program": _cpu_program(),
+            "measured_at": time.time(),
+            "peaks": peaks.model_dump(),
+        }
+    )
     return peaks
 
 
@@ -284,16 +303,22 @@ def nvidia_gpus() -> tuple[list[dict], str | None]:
     if not shutil.which("nvidia-smi"):
         return [], "nvidia-smi not found on PATH"
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,uuid",
-                               "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=_SMI_TIMEOUT_S)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=_SMI_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return [], f"nvidia-smi did not answer within {_SMI_TIMEOUT_S:g} s"
     except OSError as e:
         return [], f"nvidia-smi did not run: {e}"
     # rsplit: a GPU's name might hold a comma, its driver version and UUID do not.
-    gpus = [dict(zip(("name", "driver", "uuid"), (f.strip() for f in line.rsplit(",", 2))))
-            for line in done.stdout.splitlines() if line.count(",") >= 2]
+    gpus = [
+        dict(zip(("name", "driver", "uuid"), (f.strip() for f in line.rsplit(",", 2))))
+        for line in done.stdout.splitlines()
+        if line.count(",") >= 2
+    ]
     if done.returncode or not gpus:
         return [], f"nvidia-smi lists no GPU ({_last_line(done)})"
     return gpus, None
@@ -303,16 +328,18 @@ def gpu_key(gpus: list[dict]) -> str:
     """What the GPU peaks hold for: this machine, its driver, its GPUs, and which are visible
     (CUDA device 0 is the first visible one); any change measures again."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return "|".join([machine_key(), gpus[0]["driver"], *(g["uuid"] for g in gpus),
-                     f"visible={visible}"])
+    return "|".join(
+        [machine_key(), gpus[0]["driver"], *(g["uuid"] for g in gpus), f"visible={visible}"]
+    )
 
 
 def parse_gpu_peaks(stdout: str) -> tuple[str, Peaks]:
     """(device name, peaks) from the output of GPU_PEAKS_CU; raises RuntimeError."""
     fields = dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
     try:
-        return fields["device"].strip(), Peaks(gflops=float(fields["gflops"]),
-                                               gbps=float(fields["gbps"]))
+        return fields["device"].strip(), Peaks(
+            gflops=float(fields["gflops"]), gbps=float(fields["gbps"])
+        )
     except (KeyError, ValueError):
         raise RuntimeError(f"unexpected output of the peak program: {stdout[-300:]!r}") from None
 
@@ -336,8 +363,12 @@ def measure_gpu_peaks() -> tuple[str, Peaks]:
         # >= 11.5); else nvcc's default target, whose PTX the driver compiles at load time.
         device = cuda_arch()
         for arch in ([[f"-arch={device}"]] if device else []) + [["-arch=native"], []]:
-            built = subprocess.run(["nvcc", "-O3", *arch, "-o", str(exe), str(src)],
-                                   capture_output=True, text=True, timeout=_NVCC_TIMEOUT_S)
+            built = subprocess.run(
+                ["nvcc", "-O3", *arch, "-o", str(exe), str(src)],
+                capture_output=True,
+                text=True,
+                timeout=_NVCC_TIMEOUT_S,
+            )
             if built.returncode == 0:
                 break
         else:
@@ -345,8 +376,9 @@ def measure_gpu_peaks() -> tuple[str, Peaks]:
         # The GPU runner's timing slot for device 0 (GpuRunner.lock_name): no candidate is timed
         # while the peak kernels saturate the GPU.
         with device_lock("cuda0"):
-            ran = subprocess.run([str(exe)], capture_output=True, text=True,
-                                 timeout=_GPU_RUN_TIMEOUT_S)
+            ran = subprocess.run(
+                [str(exe)], capture_output=True, text=True, timeout=_GPU_RUN_TIMEOUT_S
+            )
     if ran.returncode:
         raise RuntimeError(f"the peak program failed: {_last_line(ran)}")
     return parse_gpu_peaks(ran.stdout)
@@ -373,19 +405,29 @@ def gpu_peaks(measure: bool = True, refresh: bool = False) -> tuple[Peaks | None
         return None, f"{Path(str(e.cmd[0])).name} did not finish within {e.timeout:g} s"
     except (RuntimeError, OSError) as e:
         return None, str(e)
-    _write_cache({"cuda": {"key": key, "device": device, "measured_at": time.time(),
-                           "peaks": peaks.model_dump()}})
+    _write_cache(
+        {
+            "cuda": {
+                "key": key,
+                "device": device,
+                "measured_at": time.time(),
+                "peaks": peaks.model_dump(),
+            }
+        }
+    )
     return peaks, None
 
 
-def _version(cmd: list[str], env: dict[str, str] | None = None,
-             mark: str | None = None) -> str | None:
+def _version(
+    cmd: list[str], env: dict[str, str] | None = None, mark: str | None = None
+) -> str | None:
     """The tool's version line: the first with `mark` in it, else its last line."""
     if not shutil.which(cmd[0]):
         return None
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
-                             env=os.environ | (env or {}))
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=30, env=os.environ | (env or {})
+        )
         lines = (out.stdout or out.stderr).strip().splitlines()
         marked = [line for line in lines if mark and mark in line]
         return (marked or lines or ["present"])[0 if marked else -1].strip()
@@ -417,8 +459,10 @@ def machine_report(refresh: bool = False) -> dict:
         "gpu_arch": cuda_arch() if gpus and shutil.which("nvcc") else None,
         # hipcc builds for NVIDIA (and prints nvcc's version) when it finds nvcc, unless told.
         "hipcc": _version(["hipcc", "--version"], {"HIP_PLATFORM": "amd"}, "HIP version"),
-        "extras": {name: importlib.util.find_spec(name) is not None
-                   for name in ("torch", "triton", "ray", "mlx")},
+        "extras": {
+            name: importlib.util.find_spec(name) is not None
+            for name in ("torch", "triton", "ray", "mlx")
+        },
         "peak_gflops_1core": peaks and round(peaks.gflops, 1),
         "peak_gbps_1core": peaks and round(peaks.gbps, 1),
         "peak_gflops_gpu": gpu and round(gpu.gflops, 1),

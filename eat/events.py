@@ -7,7 +7,7 @@ plateau counters) is folded from them by `eat.state.RunState`.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
@@ -24,44 +24,63 @@ class RunStarted(_Event):
     target_path: str
     model: str
     config: dict[str, Any] = {}
-    skill: dict[str, Any] | None = Field(None, description="The skill the run was started with "
-                                         "(eat.skill.record: name, file, best); None: none.")
-    target_digest: str | None = Field(None, description="Content hash of the target folder "
-                                      "when the run started (eat.target.digest); None in logs "
-                                      "older than it.")
+    skill: dict[str, Any] | None = Field(
+        None,
+        description="The skill the run was started with "
+        "(eat.skill.record: name, file, best); None: none.",
+    )
+    target_digest: str | None = Field(
+        None,
+        description="Content hash of the target folder "
+        "when the run started (eat.target.digest); None in logs "
+        "older than it.",
+    )
 
 
 class RunResumed(_Event):
     type: Literal["run_resumed"] = "run_resumed"
-    recovered: list[str] = Field([], description="Candidates whose results were on disk but "
-                                 "not in the log (the process died in between).")
+    recovered: list[str] = Field(
+        [],
+        description="Candidates whose results were on disk but "
+        "not in the log (the process died in between).",
+    )
 
 
 class RunStopped(_Event):
     type: Literal["run_stopped"] = "run_stopped"
     reason: str = Field(description="Why, in one line for people.")
-    code: str = Field("", description="Why, as a stable code: max_evals, max_time, max_cost, "
-                      "max_llm_calls, max_attempts, max_checks, no_progress, exhausted, "
-                      "llm_unusable, target_changed, interrupted ('' in logs older than the "
-                      "codes).")
+    code: str = Field(
+        "",
+        description="Why, as a stable code: max_evals, max_time, max_cost, "
+        "max_llm_calls, max_attempts, max_checks, no_progress, exhausted, "
+        "llm_unusable, target_changed, interrupted ('' in logs older than the "
+        "codes).",
+    )
 
 
 class TargetChanged(_Event):
     type: Literal["target_changed"] = "target_changed"
-    files: list[str] = Field(description="Files of the target folder (relative paths) that "
-                             "differ from the run's snapshot: changed, added or removed.")
+    files: list[str] = Field(
+        description="Files of the target folder (relative paths) that "
+        "differ from the run's snapshot: changed, added or removed."
+    )
     digest: str = Field(description="The folder's content hash now.")
-    accepted: bool = Field(False, description="True: `eat resume --accept-target-change` made "
-                           "the changed folder the run's target from here on; False: "
-                           "evaluations were refused.")
+    accepted: bool = Field(
+        False,
+        description="True: `eat resume --accept-target-change` made "
+        "the changed folder the run's target from here on; False: "
+        "evaluations were refused.",
+    )
 
 
 class LogTampered(_Event):
     type: Literal["log_tampered"] = "log_tampered"
-    lines: list[int] = Field(description="Lines of history.jsonl found wrong when the run "
-                             "resumed: those eat did not write as they stand (forged, changed, "
-                             "replayed), which every reader skips, and those after a gap in "
-                             "the seqs (lines deleted), which are kept.")
+    lines: list[int] = Field(
+        description="Lines of history.jsonl found wrong when the run "
+        "resumed: those eat did not write as they stand (forged, changed, "
+        "replayed), which every reader skips, and those after a gap in "
+        "the seqs (lines deleted), which are kept."
+    )
     first: str = Field("", description="What is wrong with the first of them, for people.")
 
 
@@ -73,10 +92,13 @@ class TeamSpawned(_Event):
     directive: str
     share: float = 1.0
     start_from: str | None = Field(None, description="Candidate id the team starts from.")
-    avoid: list[str] = Field([], description="Candidates whose regions the team keeps out of "
-                             "(optima already found).")
-    roles: list[str] = Field([], description="Its members (planner, coder, debugger, profiler, "
-                             "reviewer), from its preset.")
+    avoid: list[str] = Field(
+        [], description="Candidates whose regions the team keeps out of (optima already found)."
+    )
+    roles: list[str] = Field(
+        [],
+        description="Its members (planner, coder, debugger, profiler, reviewer), from its preset.",
+    )
     seed: int = 0
 
 
@@ -95,9 +117,12 @@ class CandidateEvaluated(_Event):
     vendor_gflops: float | None = None
     message: str = ""
     plan_item: int | None = Field(None, description="Index of the team plan's idea it tried.")
-    seen_seq: int | None = Field(None, description="With turns running at once: the log's seq "
-                                 "when its turn began, the state its proposal saw (None: one turn "
-                                 "at a time, it saw every event before it).")
+    seen_seq: int | None = Field(
+        None,
+        description="With turns running at once: the log's seq "
+        "when its turn began, the state its proposal saw (None: one turn "
+        "at a time, it saw every event before it).",
+    )
 
 
 class EliteRetimed(_Event):
@@ -172,9 +197,12 @@ class AttemptFailed(_Event):
     kind: Literal["malformed", "duplicate", "llm_error", "outage", "no_candidate"]
     reason: str
     repeats: str | None = Field(None, description="The candidate a duplicate repeats.")
-    seen_seq: int | None = Field(None, description="With turns running at once: the log's seq "
-                                 "when its turn began, the state its proposal saw (None: one turn "
-                                 "at a time, it saw every event before it).")
+    seen_seq: int | None = Field(
+        None,
+        description="With turns running at once: the log's seq "
+        "when its turn began, the state its proposal saw (None: one turn "
+        "at a time, it saw every event before it).",
+    )
 
 
 class CandidateChecked(_Event):
@@ -195,21 +223,42 @@ class HumanSteered(_Event):
     type: Literal["human_steered"] = "human_steered"
     source: Literal["learning", "notes", "directive", "steer"] = Field(
         description="What the person edited: LEARNING.md outside eat's markers, a team's "
-        "NOTES.md outside them, a team's directive (team.yaml), or `eat steer`.")
+        "NOTES.md outside them, a team's directive (team.yaml), or `eat steer`."
+    )
     team: str | None = Field(None, description="The team it is for (None: the whole run).")
-    text: str = Field(description="What changed: the lines added (or the new directive, or "
-                      "the message), as the next prompts show it.")
+    text: str = Field(
+        description="What changed: the lines added (or the new directive, or "
+        "the message), as the next prompts show it."
+    )
     removed: str = Field("", description="Lines the edit removed, if any.")
-    ref: str | None = Field(None, description="The `eat steer` message's file, so a message "
-                            "is recorded once even if the run dies before deleting it.")
+    ref: str | None = Field(
+        None,
+        description="The `eat steer` message's file, so a message "
+        "is recorded once even if the run dies before deleting it.",
+    )
 
 
-Event = Annotated[Union[RunStarted, RunResumed, RunStopped, TeamSpawned, CandidateEvaluated,
-                        EliteRetimed, PlateauDetected, Restructured, RestructureScored,
-                        LLMCalled, AttemptFailed, SupervisorAdvised, PlanUpdated,
-                        TeamExhausted, HumanSteered, CandidateChecked, TargetChanged,
-                        LogTampered],
-                  Field(discriminator="type")]
+Event = Annotated[
+    RunStarted
+    | RunResumed
+    | RunStopped
+    | TeamSpawned
+    | CandidateEvaluated
+    | EliteRetimed
+    | PlateauDetected
+    | Restructured
+    | RestructureScored
+    | LLMCalled
+    | AttemptFailed
+    | SupervisorAdvised
+    | PlanUpdated
+    | TeamExhausted
+    | HumanSteered
+    | CandidateChecked
+    | TargetChanged
+    | LogTampered,
+    Field(discriminator="type"),
+]
 EVENT = TypeAdapter(Event)
 
 
@@ -238,8 +287,10 @@ def describe(e: Event) -> str:
             what = "accepted as the run's target" if e.accepted else "evaluations refused"
             return f"the target changed ({', '.join(e.files[:5])}): {what}"
         case LogTampered():
-            return (f"history.jsonl: {len(e.lines)} line(s) eat did not write, skipped "
-                    f"(first: line {e.lines[0] if e.lines else '?'}: {e.first})")
+            return (
+                f"history.jsonl: {len(e.lines)} line(s) eat did not write, skipped "
+                f"(first: line {e.lines[0] if e.lines else '?'}: {e.first})"
+            )
         case TeamSpawned():
             start = f" from {e.start_from}" if e.start_from else ""
             return f"team {e.team} ({e.preset}, {e.strategy}{start}): {e.directive}"
@@ -264,8 +315,10 @@ def describe(e: Event) -> str:
         case AttemptFailed():
             return f"team {e.team}: attempt failed ({e.kind}): {e.reason[:160]}"
         case PlanUpdated():
-            return f"team {e.team} planned: " + "; ".join(
-                f"{i['idea'][:60]} (~{i['expected_gain']}x)" for i in e.ideas)[:300]
+            return (
+                f"team {e.team} planned: "
+                + "; ".join(f"{i['idea'][:60]} (~{i['expected_gain']}x)" for i in e.ideas)[:300]
+            )
         case SupervisorAdvised():
             if not e.accepted:
                 return f"supervisor ({e.model}): invalid replies, the rules decided"
@@ -273,7 +326,9 @@ def describe(e: Event) -> str:
         case RestructureScored():
             verdict = "helped" if e.helped else "did not help"
             by = f" ({e.by})" if e.by else ""
-            return (f"restructure #{e.restructure} {verdict}: best "
-                    f"{speedup_text(e.best_before)} -> "
-                    f"{speedup_text(e.best_after)}{by}")
+            return (
+                f"restructure #{e.restructure} {verdict}: best "
+                f"{speedup_text(e.best_before)} -> "
+                f"{speedup_text(e.best_after)}{by}"
+            )
     return ""

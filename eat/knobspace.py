@@ -15,11 +15,11 @@ class KnobIndex:
     region query over a long run compares them all at once with numpy (plateau.py)."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, int] = {}         # knob name -> column
-        self.codes: list[dict[Any, int]] = []     # per column: value -> code
-        self.cids: list[str] = []                 # row -> candidate
-        self.rows: dict[str, int] = {}            # candidate -> row
-        self.table = array("q")                   # len(cids) x len(columns) codes, row by row
+        self.columns: dict[str, int] = {}  # knob name -> column
+        self.codes: list[dict[Any, int]] = []  # per column: value -> code
+        self.cids: list[str] = []  # row -> candidate
+        self.rows: dict[str, int] = {}  # candidate -> row
+        self.table = array("q")  # len(cids) x len(columns) codes, row by row
         self.estimates = array("d")
 
     def add(self, cid: str, knobs: dict[str, Any], estimate: float | None) -> None:
@@ -61,7 +61,7 @@ class KnobIndex:
         self.codes.append({})
         unset, old, self.table = self._code(width, None), self.table, array("q")
         for r in range(len(self.cids)):
-            self.table.extend(old[r * width:(r + 1) * width])
+            self.table.extend(old[r * width : (r + 1) * width])
             self.table.append(unset)
 
 

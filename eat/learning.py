@@ -8,9 +8,9 @@ merged into one line that still cites their candidates; nothing is cut off the e
 from __future__ import annotations
 
 from eat.events import speedup_text
+from eat.merge import merge_write
 from eat.state import RunState
 from eat.target import Target
-from eat.merge import merge_write
 
 BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 CAP_CHARS = 6000
@@ -33,20 +33,27 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
         new, old, new_x, old_x = lesson.new, lesson.old, lesson.new_x, lesson.old_x
         if new is not None:
             if old is None:
-                text = (f"first working candidate {new.cid}: {speedup_text(new_x)} "
-                        f"({new.what[:100]})")
+                text = (
+                    f"first working candidate {new.cid}: {speedup_text(new_x)} ({new.what[:100]})"
+                )
             elif new.knobs or old.knobs:
-                text = (f"{_diff(new.knobs, old.knobs)}: {speedup_text(old_x)} -> "
-                        f"{speedup_text(new_x)} ({new.cid} over {old.cid})")
+                text = (
+                    f"{_diff(new.knobs, old.knobs)}: {speedup_text(old_x)} -> "
+                    f"{speedup_text(new_x)} ({new.cid} over {old.cid})"
+                )
             else:
-                text = (f"{new.idea[:100] or 'a new source'}: {speedup_text(old_x)} -> "
-                        f"{speedup_text(new_x)} ({new.cid} over {old.cid})")
+                text = (
+                    f"{new.idea[:100] or 'a new source'}: {speedup_text(old_x)} -> "
+                    f"{speedup_text(new_x)} ({new.cid} over {old.cid})"
+                )
         else:
             s = lesson.scored
             verdict = "helped" if s.helped else "did not help"
             by = f", by {s.by}" if s.by else ""
-            text = (f"restructure ({lesson.what}) {verdict}: best "
-                    f"{speedup_text(s.best_before)} -> {speedup_text(s.best_after)}{by}")
+            text = (
+                f"restructure ({lesson.what}) {verdict}: best "
+                f"{speedup_text(s.best_before)} -> {speedup_text(s.best_after)}{by}"
+            )
         out.append((text, lesson.ids))
     return out
 
@@ -64,15 +71,22 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
             elif top is not None:
                 rows.append((top, value, cid, tries))
             if tries >= 3 and (top is None or top < 0.5 * best):
-                dead.append(f"{name}={value}: best {speedup_text(top)} over {tries} tries"
-                            + (f" ({cid})" if cid else ""))
+                dead.append(
+                    f"{name}={value}: best {speedup_text(top)} over {tries} tries"
+                    + (f" ({cid})" if cid else "")
+                )
         if rows:
             rows.sort(key=lambda r: -r[0])
             top, value, cid, tries = rows[0]
             worst = rows[-1]
-            effects.append(f"{name}: best with {value} ({speedup_text(top)}, {cid})"
-                           + (f"; worst with {worst[1]} ({speedup_text(worst[0])}, {worst[2]})"
-                              if len(rows) > 1 else ""))
+            effects.append(
+                f"{name}: best with {value} ({speedup_text(top)}, {cid})"
+                + (
+                    f"; worst with {worst[1]} ({speedup_text(worst[0])}, {worst[2]})"
+                    if len(rows) > 1
+                    else ""
+                )
+            )
     return effects, dead, untried
 
 
@@ -98,29 +112,36 @@ def _compose(state, items, keep, effects, dead, untried) -> str:
     # Most stable first, so LLM prompt caches keep hitting: the lessons only grow at their end;
     # what changes with every new best comes last.
     lines = ["## Lessons", ""]
-    old, recent = items[:len(items) - keep], items[len(items) - keep:]
+    old, recent = items[: len(items) - keep], items[len(items) - keep :]
     if old or state.older_lessons:
         cited = list(dict.fromkeys(state.older_ids + [c for _, ids in old for c in ids]))
-        lines.append(f"- consolidated: {len(old) + state.older_lessons} earlier lessons, "
-                     f"resting on {_cites(cited)}")
+        lines.append(
+            f"- consolidated: {len(old) + state.older_lessons} earlier lessons, "
+            f"resting on {_cites(cited)}"
+        )
     lines += [f"- {text}" for text, _ in recent] or ["- none yet"]
     if state.supervisor_notes:
         lines += ["", "## Supervisor's notes", ""] + [f"- {n}" for n in state.supervisor_notes]
     if state.knob_stats:
-        lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects]
-                                                       or ["- no data"])
+        lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
         lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
         lines += ["", "## Open hypotheses", ""]
-        lines.append(f"- untried knob values: {', '.join(untried)}" if untried
-                     else "- every knob value has been tried at least once")
+        lines.append(
+            f"- untried knob values: {', '.join(untried)}"
+            if untried
+            else "- every knob value has been tried at least once"
+        )
     b = state.best
     lines += ["", "## Best so far", ""]
     if b:
-        vendor = f"; the vendor library reaches {b.vendor_gflops:.1f} GFLOP/s" \
-            if b.vendor_gflops else ""
+        vendor = (
+            f"; the vendor library reaches {b.vendor_gflops:.1f} GFLOP/s" if b.vendor_gflops else ""
+        )
         flops = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
-        lines.append(f"{b.cid} (team {b.team}): {speedup_text(b.estimate)} over the baseline{flops}"
-                     f"{vendor}; {b.what[:100]}")
+        lines.append(
+            f"{b.cid} (team {b.team}): {speedup_text(b.estimate)} over the baseline{flops}"
+            f"{vendor}; {b.what[:100]}"
+        )
     else:
         lines.append("No verified candidate yet.")
     if state.restructures:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -44,18 +44,26 @@ class LLMSettings(BaseModel):
     """How to reach one model."""
 
     model: str = Field(description="Any litellm model string, e.g. 'openai/gpt-4.1'.")
-    api_base: str | None = Field(None, description="OpenAI-compatible server (vLLM, SGLang, "
-                                 "Ollama), e.g. http://127.0.0.1:8000/v1.")
+    api_base: str | None = Field(
+        None,
+        description="OpenAI-compatible server (vLLM, SGLang, "
+        "Ollama), e.g. http://127.0.0.1:8000/v1.",
+    )
     timeout_s: float = Field(300.0, gt=0, description="Per attempt.")
     attempts: int = Field(5, ge=1, description="Tries per call for retryable failures.")
     backoff_s: float = Field(2.0, ge=0, description="First wait between tries; doubles.")
     max_backoff_s: float = Field(60.0, ge=0, description="Longest wait between tries.")
-    input_cost_per_token: float | None = Field(None, ge=0, description="USD, when litellm "
-                                               "does not know the model's price.")
+    input_cost_per_token: float | None = Field(
+        None, ge=0, description="USD, when litellm does not know the model's price."
+    )
     output_cost_per_token: float | None = Field(None, ge=0, description="USD, likewise.")
     temperature: float | None = Field(None, description="Sampling temperature, if set.")
-    concurrency: int = Field(4, ge=1, description="Calls to this model (and server) in flight "
-                             "at once, across every team of the run.")
+    concurrency: int = Field(
+        4,
+        ge=1,
+        description="Calls to this model (and server) in flight "
+        "at once, across every team of the run.",
+    )
 
 
 class Call(BaseModel):
@@ -97,8 +105,10 @@ def check_model(model: str, api_base: str | None = None) -> None:
     try:
         _litellm().get_llm_provider(model=model, api_base=api_base)
     except Exception as e:  # litellm says so with several exception classes
-        raise BadInput(f"model {model!r}: litellm cannot tell its provider; write "
-                       f"provider/model, e.g. openai/gpt-4.1 ({type(e).__name__})") from None
+        raise BadInput(
+            f"model {model!r}: litellm cannot tell its provider; write "
+            f"provider/model, e.g. openai/gpt-4.1 ({type(e).__name__})"
+        ) from None
 
 
 def _litellm():
@@ -159,25 +169,36 @@ class LLMClient:
     """Chat completions for one model; `record` gets every Call, `refuse` says why no call may
     start now (the run's budget is spent) or None."""
 
-    def __init__(self, settings: LLMSettings, record: Callable[[Call], None],
-                 refuse: Callable[[], str | None] = lambda: None,
-                 sleep: Callable[[float], None] = time.sleep, gate: Gate | None = None):
+    def __init__(
+        self,
+        settings: LLMSettings,
+        record: Callable[[Call], None],
+        refuse: Callable[[], str | None] = lambda: None,
+        sleep: Callable[[float], None] = time.sleep,
+        gate: Gate | None = None,
+    ):
         self.settings, self.record, self.refuse, self.sleep = settings, record, refuse, sleep
         self.gate = gate or gate_for(settings)
 
-    def chat(self, messages: list[dict], *, agent: str, team: str | None = None,
-             **extra: Any) -> str:
+    def chat(
+        self, messages: list[dict], *, agent: str, team: str | None = None, **extra: Any
+    ) -> str:
         """The reply's text; raises BudgetSpent before a try the budget refuses, LLMError after
         the last try."""
         return self.complete(messages, agent=agent, team=team, **extra).content or ""
 
-    def complete(self, messages: list[dict], *, agent: str, team: str | None = None,
-                 **extra: Any):
+    def complete(self, messages: list[dict], *, agent: str, team: str | None = None, **extra: Any):
         """The reply's message (text and tool calls: pass `tools=`), as `chat`."""
         s = self.settings
         litellm = _litellm()
-        kwargs: dict[str, Any] = {"model": s.model, "messages": messages, "timeout": s.timeout_s,
-                                  "num_retries": 0, "max_retries": 0, **extra}
+        kwargs: dict[str, Any] = {
+            "model": s.model,
+            "messages": messages,
+            "timeout": s.timeout_s,
+            "num_retries": 0,
+            "max_retries": 0,
+            **extra,
+        }
         if s.api_base:
             kwargs["api_base"] = s.api_base
             if s.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
@@ -217,10 +238,18 @@ class LLMClient:
     def _usage(self, response, agent: str, team: str | None) -> Call:
         u = getattr(response, "usage", None)
         details = getattr(u, "prompt_tokens_details", None)
-        cached = getattr(details, "cached_tokens", None) or getattr(u, "cache_read_input_tokens",
-                                                                    None) or 0
+        cached = (
+            getattr(details, "cached_tokens", None)
+            or getattr(u, "cache_read_input_tokens", None)
+            or 0
+        )
         cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        return Call(agent=agent, team=team, model=self.settings.model,
-                    prompt_tokens=getattr(u, "prompt_tokens", 0) or 0,
-                    completion_tokens=getattr(u, "completion_tokens", 0) or 0,
-                    cached_tokens=cached, cost_usd=cost)
+        return Call(
+            agent=agent,
+            team=team,
+            model=self.settings.model,
+            prompt_tokens=getattr(u, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(u, "completion_tokens", 0) or 0,
+            cached_tokens=cached,
+            cost_usd=cost,
+        )

@@ -20,11 +20,11 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-KEEP_S = 10.0     # how long a swapped-out file and people's newly read lines are kept
-KEEP_FILES = 64   # swapped-out files kept open at most (eat may rewrite very often)
+KEEP_S = 10.0  # how long a swapped-out file and people's newly read lines are kept
+KEEP_FILES = 64  # swapped-out files kept open at most (eat may rewrite very often)
 MERGE_TRIES = 50
 _RENAME_EXCHANGE, _AT_FDCWD = 2, -100
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -147,7 +147,7 @@ def _late_saves(path: Path, seen: _People, people: Callable[[str], str]) -> None
         if where == path:
             landed = _pread_all(fd)
             if landed != text:
-                seen.observe(_settled(lambda: _pread_all(fd), landed), people)
+                seen.observe(_settled(lambda fd=fd: _pread_all(fd), landed), people)
                 text = landed
         if now - at < KEEP_S and len(_swapped) - i <= KEEP_FILES:
             kept.append((where, fd, text, at))
@@ -156,8 +156,9 @@ def _late_saves(path: Path, seen: _People, people: Callable[[str], str]) -> None
     _swapped[:] = kept
 
 
-def merge_write(path: Path, make: Callable[[str | None], str],
-                people: Callable[[str], str] | None = None) -> bool:
+def merge_write(
+    path: Path, make: Callable[[str | None], str], people: Callable[[str], str] | None = None
+) -> bool:
     """Replace `path` with `make(its text)` (None: no file) without losing a save a person
     makes meanwhile; True if it wrote. `make` must keep what people wrote (e.g. splice only
     eat's block). `people(text)` is the part of a text people write (outside eat's markers);
@@ -179,7 +180,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
                 text = seen.restore(text)
             return text
 
-        there, mark = _read(path)   # what is at `path` now, and its mark
+        there, mark = _read(path)  # what is at `path` now, and its mark
         base, wrote = there, False  # the text eat's new version is made from
         for _ in range(MERGE_TRIES):
             new = make(merged(base))
@@ -189,7 +190,7 @@ def merge_write(path: Path, make: Callable[[str | None], str],
             if there is None:
                 try:
                     written.append(_mark(tmp))
-                    os.link(tmp, path)   # fails if a file appeared meanwhile: merge with it
+                    os.link(tmp, path)  # fails if a file appeared meanwhile: merge with it
                     return True
                 except FileExistsError:
                     there, mark = _read(path)
@@ -197,19 +198,19 @@ def merge_write(path: Path, make: Callable[[str | None], str],
                     continue
                 finally:
                     tmp.unlink()
-            if _mark(path) != mark:      # saved since we read it: merge that first
+            if _mark(path) != mark:  # saved since we read it: merge that first
                 tmp.unlink()
                 there, mark = _read(path)
                 base = there
                 continue
             written.append(_mark(tmp))  # before the swap: a watcher may look at once
             if not _exchange(tmp, path):
-                os.replace(tmp, path)    # no atomic swap here: the check above is all we have
+                os.replace(tmp, path)  # no atomic swap here: the check above is all we have
                 return True
             wrote = True
             fd = os.open(tmp, os.O_RDONLY)  # what we swapped out: a save in place that opened
-            tmp.unlink()                    # it just before may still write into it
-            old = _whole(lambda: _pread_all(fd))
+            tmp.unlink()  # it just before may still write into it
+            old = _whole(lambda fd=fd: _pread_all(fd))
             if seen:
                 _swapped.append((key, fd, old, time.monotonic()))
             else:

@@ -13,8 +13,7 @@ from eat.state import Team
 from eat.steer import directive_of
 
 
-def commit_step(ctx: RunContext, message: str, teams: list[str],
-                cid: str | None = None) -> None:
+def commit_step(ctx: RunContext, message: str, teams: list[str], cid: str | None = None) -> None:
     """Refresh LEARNING.md and commit what changed: the candidate, best/, the teams' files."""
     p = ctx.ws.paths
     learning.update(p.learning, ctx.state, ctx.target)
@@ -31,12 +30,19 @@ def write_notes(team: Team, ctx: RunContext) -> None:
     paths = ctx.ws.paths
     recent = ctx.state.recent_of(team.id, 10)
     best = team.best
-    lines = [f"- preset: {team.preset}", f"- strategy: {team.strategy}",
-             f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
-             f"- directive: {team.directive}",
-             f"- evaluations: {team.evals}, since last improvement: {team.since_improvement}",
-             f"- best: {best.cid} at {best.estimate:.2f}x" if best and best.estimate
-             else "- best: none yet", "", "## Recent attempts", ""]
+    lines = [
+        f"- preset: {team.preset}",
+        f"- strategy: {team.strategy}",
+        f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
+        f"- directive: {team.directive}",
+        f"- evaluations: {team.evals}, since last improvement: {team.since_improvement}",
+        f"- best: {best.cid} at {best.estimate:.2f}x"
+        if best and best.estimate
+        else "- best: none yet",
+        "",
+        "## Recent attempts",
+        "",
+    ]
     for c in recent:
         result = f"{c.estimate:.2f}x" if c.estimate else c.status
         lines.append(f"- {c.cid}: {result} ({c.what})")
@@ -47,18 +53,31 @@ def write_notes(team: Team, ctx: RunContext) -> None:
             lines.append(f"- {mark} {p['idea']} (expected {p['expected_gain']}x)")
     own = paths.agent_notes(team.id)
     if own.is_file():  # an agent with a worktree keeps its own notebook there
-        lines += ["", "## The agent's notes (its worktree's NOTES.md)", "",
-                  redact(own.read_text())[:4000].strip()]
-    spec = {"id": team.id, "preset": team.preset, "strategy": team.strategy,
-            "directive": team.directive, "share": team.share, "state": team.state,
-            "start_from": team.start_from}
+        lines += [
+            "",
+            "## The agent's notes (its worktree's NOTES.md)",
+            "",
+            redact(own.read_text())[:4000].strip(),
+        ]
+    spec = {
+        "id": team.id,
+        "preset": team.preset,
+        "strategy": team.strategy,
+        "directive": team.directive,
+        "share": team.share,
+        "state": team.state,
+        "start_from": team.start_from,
+    }
     notes, block = paths.team_notes(team.id), "\n".join(lines)
     if ctx.written.get(notes) != block:
-        empty = (f"# Team {team.id}\n\nNotes for this team: write yours outside the markers "
-                 "(eat rewrites only the part between them); the team's agents are told what "
-                 f"you add.\n\n{learning.BEGIN}\n{learning.END}\n")
-        merge_write(notes, lambda text: learning.splice(text, block, empty),
-                    people=learning.outside)
+        empty = (
+            f"# Team {team.id}\n\nNotes for this team: write yours outside the markers "
+            "(eat rewrites only the part between them); the team's agents are told what "
+            f"you add.\n\n{learning.BEGIN}\n{learning.END}\n"
+        )
+        merge_write(
+            notes, lambda text: learning.splice(text, block, empty), people=learning.outside
+        )
         ctx.written[notes] = block
     spec_path = paths.team_spec(team.id)
     if ctx.written.get(spec_path) != spec:
@@ -67,8 +86,12 @@ def write_notes(team: Team, ctx: RunContext) -> None:
         def make(text: str | None) -> str:
             mine = dict(spec)
             theirs = directive_of(text) if text else None
-            if last and theirs and theirs not in (" ".join(last["directive"].split()),
-                                                  " ".join(team.directive.split())):
+            if (
+                last
+                and theirs
+                and theirs
+                not in (" ".join(last["directive"].split()), " ".join(team.directive.split()))
+            ):
                 mine["directive"] = theirs  # a person's edit the loop has yet to take
             # JSON scalars are YAML scalars: a readable team.yaml without the emitter's cost.
             return "".join(f"{k}: {json.dumps(v)}\n" for k, v in mine.items())

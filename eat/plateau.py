@@ -25,8 +25,8 @@ LOOK = 32
 
 @dataclass
 class Plateau:
-    scope: str                 # "run" | "team"
-    kind: str                  # stalled | failing | exhausted | converged | repeating | opened
+    scope: str  # "run" | "team"
+    kind: str  # stalled | failing | exhausted | converged | repeating | opened
     team: str | None
     window: int
     best: float | None
@@ -35,9 +35,16 @@ class Plateau:
     message: str = ""
 
     def event(self) -> PlateauDetected:
-        return PlateauDetected(scope=self.scope, team=self.team, kind=self.kind,
-                               window=self.window, best=self.best, threshold=self.threshold,
-                               evidence=self.evidence, message=self.message)
+        return PlateauDetected(
+            scope=self.scope,
+            team=self.team,
+            kind=self.kind,
+            window=self.window,
+            best=self.best,
+            threshold=self.threshold,
+            evidence=self.evidence,
+            message=self.message,
+        )
 
 
 # -- regions: where teams have searched, and where a climb is worth starting ---------------
@@ -140,19 +147,32 @@ def team_failing(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | N
         return None
     bad = state.recent_of(team.id, team.failures)
     statuses = sorted({c.status for c in bad})
-    return Plateau("team", "failing", team.id, team.failures, team.best_estimate,
-                   state.threshold(), [c.cid for c in bad],
-                   f"{team.failures} candidates in a row failed ({', '.join(statuses)})")
+    return Plateau(
+        "team",
+        "failing",
+        team.id,
+        team.failures,
+        team.best_estimate,
+        state.threshold(),
+        [c.cid for c in bad],
+        f"{team.failures} candidates in a row failed ({', '.join(statuses)})",
+    )
 
 
 def team_repeating(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | None:
     """The team's last `repeat_window` attempts repeated candidates already evaluated."""
     if not _due(state, ("team", team.id, "repeating"), team.repeats, cfg.repeat_window):
         return None
-    return Plateau("team", "repeating", team.id, team.repeats, team.best_estimate,
-                   state.threshold(), list(team.repeated),
-                   f"{team.repeats} attempts in a row repeated known candidates "
-                   f"({', '.join(team.repeated)})")
+    return Plateau(
+        "team",
+        "repeating",
+        team.id,
+        team.repeats,
+        team.best_estimate,
+        state.threshold(),
+        list(team.repeated),
+        f"{team.repeats} attempts in a row repeated known candidates ({', '.join(team.repeated)})",
+    )
 
 
 def team_stalled(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | None:
@@ -161,20 +181,33 @@ def team_stalled(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | N
         return None
     tried = state.recent_of(team.id, team.since_improvement)
     best = f"{team.best_estimate:.2f}x" if team.best_estimate else "none"
-    return Plateau("team", "stalled", team.id, team.since_improvement, team.best_estimate,
-                   state.threshold(), ([team.best.cid] if team.best else []) +
-                   [c.cid for c in tried[:6]],
-                   f"{team.since_improvement} candidates without beating its best ({best}) "
-                   f"by more than {state.threshold():.1%}")
+    return Plateau(
+        "team",
+        "stalled",
+        team.id,
+        team.since_improvement,
+        team.best_estimate,
+        state.threshold(),
+        ([team.best.cid] if team.best else []) + [c.cid for c in tried[:6]],
+        f"{team.since_improvement} candidates without beating its best ({best}) "
+        f"by more than {state.threshold():.1%}",
+    )
 
 
 def team_exhausted(state: RunState, team: Team) -> Plateau | None:
     """Low diversity: the team's strategy has nothing left to try that nobody tried."""
     if not team.exhausted or ("team", team.id, "exhausted") in state.flagged:
         return None
-    return Plateau("team", "exhausted", team.id, team.evals, team.best_estimate,
-                   state.threshold(), [team.best.cid] if team.best else [],
-                   f"strategy {team.strategy} has no untried candidate left")
+    return Plateau(
+        "team",
+        "exhausted",
+        team.id,
+        team.evals,
+        team.best_estimate,
+        state.threshold(),
+        [team.best.cid] if team.best else [],
+        f"strategy {team.strategy} has no untried candidate left",
+    )
 
 
 def teams_converged(state: RunState) -> list[Plateau]:
@@ -182,18 +215,26 @@ def teams_converged(state: RunState) -> list[Plateau]:
     seen: dict[str, Team] = {}
     found = []
     for team in state.active_teams():
-        if not team.best or not _due(state, ("team", team.id, "converged"),
-                                     team.since_improvement, 2):
+        if not team.best or not _due(
+            state, ("team", team.id, "converged"), team.since_improvement, 2
+        ):
             continue
         # Knob-less candidates (an LLM's) are the same configuration only with the same source.
-        key = repr(sorted(team.best.knobs.items())) if team.best.knobs else \
-            team.best.source_hash
+        key = repr(sorted(team.best.knobs.items())) if team.best.knobs else team.best.source_hash
         if key in seen:
             other = seen[key]
-            found.append(Plateau("team", "converged", team.id, team.since_improvement,
-                                 team.best_estimate, state.threshold(),
-                                 [team.best.cid, other.best.cid],
-                                 f"its best is the same configuration as team {other.id}'s"))
+            found.append(
+                Plateau(
+                    "team",
+                    "converged",
+                    team.id,
+                    team.since_improvement,
+                    team.best_estimate,
+                    state.threshold(),
+                    [team.best.cid, other.best.cid],
+                    f"its best is the same configuration as team {other.id}'s",
+                )
+            )
         else:
             seen[key] = team
     return found
@@ -201,15 +242,23 @@ def teams_converged(state: RunState) -> list[Plateau]:
 
 def run_stalled(state: RunState, cfg: PlateauConfig) -> Plateau | None:
     """No gain above the noise threshold anywhere in the run's last `run_window` evaluations."""
-    if state.best is None or not _due(state, ("run", None, "stalled"), state.since_improvement,
-                                       cfg.run_window):
+    if state.best is None or not _due(
+        state, ("run", None, "stalled"), state.since_improvement, cfg.run_window
+    ):
         return None
     tried = state.recent_of(None, state.since_improvement)
-    return Plateau("run", "stalled", None, state.since_improvement, state.best_speedup,
-                   state.threshold(), [state.best.cid] + [c.cid for c in tried[:6]],
-                   f"{state.since_improvement} candidates without beating "
-                   f"{state.best_speedup:.2f}x ({state.best.cid}) by more than "
-                   f"{state.threshold():.1%}")
+    return Plateau(
+        "run",
+        "stalled",
+        None,
+        state.since_improvement,
+        state.best_speedup,
+        state.threshold(),
+        [state.best.cid] + [c.cid for c in tried[:6]],
+        f"{state.since_improvement} candidates without beating "
+        f"{state.best_speedup:.2f}x ({state.best.cid}) by more than "
+        f"{state.threshold():.1%}",
+    )
 
 
 def regions_opened(state: RunState) -> list[Plateau]:
@@ -218,9 +267,19 @@ def regions_opened(state: RunState) -> list[Plateau]:
         team = state.teams.get(c.team)
         if team is None or is_local(team):
             continue  # a local team's find is its own climb
-        return [Plateau("run", "opened", None, 0, c.estimate, state.threshold(), [c.cid],
-                        f"{c.team}'s {c.cid} ({c.estimate:.2f}x) stands out in a region no "
-                        "team has climbed")]
+        return [
+            Plateau(
+                "run",
+                "opened",
+                None,
+                0,
+                c.estimate,
+                state.threshold(),
+                [c.cid],
+                f"{c.team}'s {c.cid} ({c.estimate:.2f}x) stands out in a region no "
+                "team has climbed",
+            )
+        ]
     return []
 
 
@@ -228,8 +287,12 @@ def detect_plateaus(state: RunState, cfg: PlateauConfig) -> list[Plateau]:
     """Every plateau in the run now, team-level first, and the regions exploration opened."""
     found: list[Plateau] = []
     for team in state.active_teams():
-        p = team_repeating(state, team, cfg) or team_failing(state, team, cfg) or \
-            team_exhausted(state, team) or team_stalled(state, team, cfg)
+        p = (
+            team_repeating(state, team, cfg)
+            or team_failing(state, team, cfg)
+            or team_exhausted(state, team)
+            or team_stalled(state, team, cfg)
+        )
         if p:
             found.append(p)
     flagged = {p.team for p in found}

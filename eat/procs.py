@@ -14,7 +14,7 @@ def stat(pid: int | str) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def proc_start(pid: int) -> str | None:

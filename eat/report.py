@@ -15,15 +15,34 @@ from html import escape
 from pathlib import Path
 
 from eat.errors import BadInput
-from eat.events import (CandidateEvaluated, LLMCalled, PlateauDetected, RestructureScored,
-                        Restructured, RunResumed, RunStopped, TeamSpawned, describe,
-                        speedup_text)
-from eat.state import RunState
+from eat.events import (
+    CandidateEvaluated,
+    LLMCalled,
+    PlateauDetected,
+    Restructured,
+    RestructureScored,
+    RunResumed,
+    RunStopped,
+    TeamSpawned,
+    describe,
+    speedup_text,
+)
 from eat.merge import read_settled
+from eat.state import RunState
 from eat.workspace import Workspace, tampered, write_atomic
 
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
-          "#e377c2", "#7f7f7f", "#bcbd22"]
+COLORS = [
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#17becf",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+]
 PLATEAU, RESTRUCTURE, RUN = "#e69f00", "#7b3294", "#111"
 
 
@@ -45,16 +64,17 @@ def write_report(workspace: Path, out: Path | None = None) -> Path:
 
 # -- what the run did, from its log ----------------------------------------------------------
 
+
 @dataclass
 class Facts:
     """The series the charts draw, folded from the log in one pass."""
 
-    teams: dict[str, str] = field(default_factory=dict)           # team -> color
-    team_points: dict[str, list] = field(default_factory=dict)    # team -> [(x, best, event)]
-    run_points: list = field(default_factory=list)                # [(x, run best)]
+    teams: dict[str, str] = field(default_factory=dict)  # team -> color
+    team_points: dict[str, list] = field(default_factory=dict)  # team -> [(x, best, event)]
+    run_points: list = field(default_factory=list)  # [(x, run best)]
     candidates: list[CandidateEvaluated] = field(default_factory=list)
-    plateaus: list = field(default_factory=list)                  # [(x, event)]
-    restructures: list = field(default_factory=list)              # [(x, event)]
+    plateaus: list = field(default_factory=list)  # [(x, event)]
+    restructures: list = field(default_factory=list)  # [(x, event)]
     scores: dict[int, RestructureScored] = field(default_factory=dict)
     llm: list[LLMCalled] = field(default_factory=list)
     state: RunState | None = None
@@ -101,6 +121,7 @@ def collect(events, config) -> Facts:
 
 # -- drawing ---------------------------------------------------------------------------------
 
+
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """Round values covering [lo, hi], about n of them."""
     if hi <= lo:
@@ -119,8 +140,16 @@ def _num(v: float) -> str:
 class Plot:
     """A chart's frame: data ranges mapped to an SVG box, with its axes."""
 
-    def __init__(self, xs: tuple[float, float], ys: tuple[float, float], *, w: int = 960,
-                 h: int = 320, top: int = 16, left: int = 60):
+    def __init__(
+        self,
+        xs: tuple[float, float],
+        ys: tuple[float, float],
+        *,
+        w: int = 960,
+        h: int = 320,
+        top: int = 16,
+        left: int = 60,
+    ):
         self.w, self.h, self.top, self.left, self.right, self.bottom = w, h, top, left, 20, 40
         self.xt, self.yt = _ticks(*xs), _ticks(*ys)
         self.x0, self.x1 = min(xs[0], self.xt[0]), max(xs[1], self.xt[-1])
@@ -132,34 +161,43 @@ class Plot:
 
     def sy(self, y: float) -> float:
         span = (self.y1 - self.y0) or 1
-        return round(self.h - self.bottom - (y - self.y0) / span * (self.h - self.top
-                                                                     - self.bottom), 1)
+        return round(
+            self.h - self.bottom - (y - self.y0) / span * (self.h - self.top - self.bottom), 1
+        )
 
     def axes(self, xlabel: str, ylabel: str | None) -> str:
         """Ticks and grid on x, and on y unless there is no y label (no y scale)."""
         parts = []
         for t in self.yt if ylabel else []:
             y = self.sy(t)
-            parts.append(f'<line class="grid" x1="{self.left}" x2="{self.w - self.right}" '
-                         f'y1="{y}" y2="{y}"/><text x="{self.left - 6}" y="{y + 4}" '
-                         f'text-anchor="end">{_num(t)}</text>')
+            parts.append(
+                f'<line class="grid" x1="{self.left}" x2="{self.w - self.right}" '
+                f'y1="{y}" y2="{y}"/><text x="{self.left - 6}" y="{y + 4}" '
+                f'text-anchor="end">{_num(t)}</text>'
+            )
         for t in self.xt:
             x = self.sx(t)
-            parts.append(f'<line class="tick" x1="{x}" x2="{x}" y1="{self.h - self.bottom}" '
-                         f'y2="{self.h - self.bottom + 4}"/><text x="{x}" '
-                         f'y="{self.h - self.bottom + 17}" text-anchor="middle">{_num(t)}</text>')
+            parts.append(
+                f'<line class="tick" x1="{x}" x2="{x}" y1="{self.h - self.bottom}" '
+                f'y2="{self.h - self.bottom + 4}"/><text x="{x}" '
+                f'y="{self.h - self.bottom + 17}" text-anchor="middle">{_num(t)}</text>'
+            )
         bottom = self.h - self.bottom
-        parts.append(f'<line class="axis" x1="{self.left}" x2="{self.w - self.right}" '
-                     f'y1="{bottom}" y2="{bottom}"/>'
-                     f'<text x="{(self.left + self.w - self.right) / 2}" y="{self.h - 6}" '
-                     f'text-anchor="middle" class="label">{escape(xlabel)}</text>'
-                     f'<text transform="translate(14 {(self.top + bottom) / 2}) rotate(-90)" '
-                     f'text-anchor="middle" class="label">{escape(ylabel or "")}</text>')
+        parts.append(
+            f'<line class="axis" x1="{self.left}" x2="{self.w - self.right}" '
+            f'y1="{bottom}" y2="{bottom}"/>'
+            f'<text x="{(self.left + self.w - self.right) / 2}" y="{self.h - 6}" '
+            f'text-anchor="middle" class="label">{escape(xlabel)}</text>'
+            f'<text transform="translate(14 {(self.top + bottom) / 2}) rotate(-90)" '
+            f'text-anchor="middle" class="label">{escape(ylabel or "")}</text>'
+        )
         return "".join(parts)
 
     def svg(self, name: str, body: str) -> str:
-        return (f'<svg class="chart" data-chart="{name}" viewBox="0 0 {self.w} {self.h}" '
-                f'role="img">{body}</svg>')
+        return (
+            f'<svg class="chart" data-chart="{name}" viewBox="0 0 {self.w} {self.h}" '
+            f'role="img">{body}</svg>'
+        )
 
 
 def _steps(points: list[tuple[float, float]], plot: Plot) -> str:
@@ -189,33 +227,54 @@ def progress_chart(f: Facts) -> str:
         color = f.teams[team]
         dots = "".join(
             f'<circle class="pt" data-mark="1" cx="{plot.sx(x)}" cy="{plot.sy(y)}" r="2.6" '
-            f'fill="{color}">' + _title(f"{e.candidate} ({team}): {e.status} "
-                                        f"{speedup_text(e.speedup)}; team best {speedup_text(y)}")
-            + "</circle>" for x, y, e in pts)
+            f'fill="{color}">'
+            + _title(
+                f"{e.candidate} ({team}): {e.status} "
+                f"{speedup_text(e.speedup)}; team best {speedup_text(y)}"
+            )
+            + "</circle>"
+            for x, y, e in pts
+        )
         line = _steps([(x, y) for x, y, _ in pts], plot)
-        body.append(f'<g class="team" data-team="{escape(team)}"><polyline fill="none" '
-                    f'stroke="{color}" stroke-width="1.6" points="{line}"/>{dots}</g>')
+        body.append(
+            f'<g class="team" data-team="{escape(team)}"><polyline fill="none" '
+            f'stroke="{color}" stroke-width="1.6" points="{line}"/>{dots}</g>'
+        )
     if f.run_points:
-        body.append(f'<g class="run" data-team="run best"><polyline data-mark="1" fill="none" '
-                    f'stroke="{RUN}" stroke-width="2.6" stroke-dasharray="6 3" '
-                    f'points="{_steps(f.run_points, plot)}"/></g>')
+        body.append(
+            f'<g class="run" data-team="run best"><polyline data-mark="1" fill="none" '
+            f'stroke="{RUN}" stroke-width="2.6" stroke-dasharray="6 3" '
+            f'points="{_steps(f.run_points, plot)}"/></g>'
+        )
     for row, (label, color, marks, shape) in enumerate(
-            (("plateaus", PLATEAU, f.plateaus, "tri"), ("restructures", RESTRUCTURE,
-                                                         f.restructures, "dia"))):
+        (
+            ("plateaus", PLATEAU, f.plateaus, "tri"),
+            ("restructures", RESTRUCTURE, f.restructures, "dia"),
+        )
+    ):
         y = 12 + row * rail + rail / 2
-        body.append(f'<text x="{plot.left - 6}" y="{y + 4}" text-anchor="end" '
-                    f'class="rail">{label}</text><line class="grid" x1="{plot.left}" '
-                    f'x2="{plot.w - plot.right}" y1="{y}" y2="{y}"/>')
+        body.append(
+            f'<text x="{plot.left - 6}" y="{y + 4}" text-anchor="end" '
+            f'class="rail">{label}</text><line class="grid" x1="{plot.left}" '
+            f'x2="{plot.w - plot.right}" y1="{y}" y2="{y}"/>'
+        )
         for x, e in marks:
             cx = plot.sx(x)
             s = 5
-            pts = (f"{cx - s},{y - s} {cx + s},{y - s} {cx},{y + s}" if shape == "tri" else
-                   f"{cx},{y - s} {cx + s},{y} {cx},{y + s} {cx - s},{y}")
-            body.append(f'<polygon class="{label}" data-mark="1" points="{pts}" fill="{color}" '
-                        f'fill-opacity="0.75">{_title(f"after {x} candidates: {describe(e)}")}'
-                        "</polygon>")
-            body.append(f'<line x1="{cx}" x2="{cx}" y1="{y + s}" y2="{plot.h - plot.bottom}" '
-                        f'stroke="{color}" stroke-opacity="0.12"/>')
+            pts = (
+                f"{cx - s},{y - s} {cx + s},{y - s} {cx},{y + s}"
+                if shape == "tri"
+                else f"{cx},{y - s} {cx + s},{y} {cx},{y + s} {cx - s},{y}"
+            )
+            body.append(
+                f'<polygon class="{label}" data-mark="1" points="{pts}" fill="{color}" '
+                f'fill-opacity="0.75">{_title(f"after {x} candidates: {describe(e)}")}'
+                "</polygon>"
+            )
+            body.append(
+                f'<line x1="{cx}" x2="{cx}" y1="{y + s}" y2="{plot.h - plot.bottom}" '
+                f'stroke="{color}" stroke-opacity="0.12"/>'
+            )
     return plot.svg("progress", "".join(body))
 
 
@@ -257,19 +316,29 @@ def lineage_chart(f: Facts) -> str:
             edges.append(f"M{x(parent)},{y(parent)}V{y(k)}H{x(k)}")
     body.append(f'<path d="{"".join(edges)}" fill="none" stroke="#999" stroke-width="1"/>')
     r = max(1.5, min(4.5, step / 2.6))
-    dots.append(f'<circle data-mark="1" cx="{x(None)}" cy="{y(None)}" r="{r + 1}" fill="#444">'
-                f'{_title("the baseline (candidates without a parent start here)")}</circle>')
+    dots.append(
+        f'<circle data-mark="1" cx="{x(None)}" cy="{y(None)}" r="{r + 1}" fill="#444">'
+        f"{_title('the baseline (candidates without a parent start here)')}</circle>"
+    )
     for c in f.candidates:
         ok, color = c.status == "ok", f.teams.get(c.team, "#777")
-        ring = (f'<circle cx="{x(c.candidate)}" cy="{y(c.candidate)}" r="{r + 3}" fill="none" '
-                f'stroke="{RUN}" stroke-width="1.5"/>' if c.candidate == f.best else "")
+        ring = (
+            f'<circle cx="{x(c.candidate)}" cy="{y(c.candidate)}" r="{r + 3}" fill="none" '
+            f'stroke="{RUN}" stroke-width="1.5"/>'
+            if c.candidate == f.best
+            else ""
+        )
         what = ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or c.idea
-        text = (f"{c.candidate} by {c.team}, from {c.parent or 'the baseline'}: {c.status} "
-                f"{speedup_text(c.speedup) if ok else c.message[:160]}\n{what[:300]}")
-        dots.append(f'{ring}<circle class="node" data-mark="1" data-cid="{c.candidate}" '
-                    f'cx="{x(c.candidate)}" cy="{y(c.candidate)}" r="{r}" '
-                    f'fill="{color if ok else "#fff"}" stroke="{color}" stroke-width="1.2">'
-                    f"{_title(text)}</circle>")
+        text = (
+            f"{c.candidate} by {c.team}, from {c.parent or 'the baseline'}: {c.status} "
+            f"{speedup_text(c.speedup) if ok else c.message[:160]}\n{what[:300]}"
+        )
+        dots.append(
+            f'{ring}<circle class="node" data-mark="1" data-cid="{c.candidate}" '
+            f'cx="{x(c.candidate)}" cy="{y(c.candidate)}" r="{r}" '
+            f'fill="{color if ok else "#fff"}" stroke="{color}" stroke-width="1.2">'
+            f"{_title(text)}</circle>"
+        )
     body.extend(dots)
     return plot.svg("lineage", "".join(body))
 
@@ -283,17 +352,23 @@ def workloads_chart(result: dict) -> str:
     """Per workload: the best candidate's median latency beside the baseline's, the vendor's
     and the time it would take at the device's measured peak, on one log scale (a baseline
     can be 100x slower than the best: a linear bar would hide the rest)."""
-    bars = (("baseline", "#999"), ("vendor", "#1f77b4"), ("best", "#2ca02c"),
-            ("at peak", "#fff"))
+    bars = (("baseline", "#999"), ("vendor", "#1f77b4"), ("best", "#2ca02c"), ("at peak", "#fff"))
     rows = []
     for w in result.get("workloads", []):
         cand = w["candidate"]["median_s"]
-        times = {"baseline": (w.get("baseline") or {}).get("median_s"),
-                 "vendor": (w.get("vendor") or {}).get("median_s"), "best": cand,
-                 "at peak": cand * w["peak_fraction"] if w.get("peak_fraction") else None}
-        rows.append((" ".join(f"{k}={v}" for k, v in w["params"].items()),
-                     [(what, color, times[what]) for what, color in bars if times[what]],
-                     times["baseline"]))
+        times = {
+            "baseline": (w.get("baseline") or {}).get("median_s"),
+            "vendor": (w.get("vendor") or {}).get("median_s"),
+            "best": cand,
+            "at peak": cand * w["peak_fraction"] if w.get("peak_fraction") else None,
+        }
+        rows.append(
+            (
+                " ".join(f"{k}={v}" for k, v in w["params"].items()),
+                [(what, color, times[what]) for what, color in bars if times[what]],
+                times["baseline"],
+            )
+        )
     every = [t for _, shown, _ in rows for _, _, t in shown]
     # A decade of room below the fastest bar, so that it is not a sliver at the axis.
     lo = 10 ** math.floor(math.log10(min(every) / 3))
@@ -305,26 +380,35 @@ def workloads_chart(result: dict) -> str:
 
     body, top = [], 22
     for name, shown, base in rows:
-        body.append(f'<text x="{left - 10}" y="{top + len(shown) * bar_h / 2 + 4}" '
-                    f'text-anchor="end" class="label">{escape(name)}</text>')
+        body.append(
+            f'<text x="{left - 10}" y="{top + len(shown) * bar_h / 2 + 4}" '
+            f'text-anchor="end" class="label">{escape(name)}</text>'
+        )
         for what, color, t in shown:
             dash = ' stroke-dasharray="4 2"' if what == "at peak" else ""
             ratio = f" ({base / t:.2f}x)" if base else ""
-            body.append(f'<rect data-mark="1" class="bar" x="{left}" y="{top}" '
-                        f'width="{sx(t) - left}" height="{bar_h - 3}" fill="{color}" '
-                        f'stroke="#333" stroke-width="0.6"{dash}>'
-                        f'{_title(f"{name}: {what} {_ms(t)}")}</rect>'
-                        f'<text x="{sx(t) + 6}" y="{top + bar_h - 5}">{what} {_ms(t)}{ratio}'
-                        "</text>")
+            body.append(
+                f'<rect data-mark="1" class="bar" x="{left}" y="{top}" '
+                f'width="{sx(t) - left}" height="{bar_h - 3}" fill="{color}" '
+                f'stroke="#333" stroke-width="0.6"{dash}>'
+                f"{_title(f'{name}: {what} {_ms(t)}')}</rect>"
+                f'<text x="{sx(t) + 6}" y="{top + bar_h - 5}">{what} {_ms(t)}{ratio}'
+                "</text>"
+            )
             top += bar_h
         top += gap
     decades = round(math.log10(hi / lo))
     for i in range(decades + 1):
-        x = sx(lo * 10 ** i)
-        body.insert(0, f'<line class="grid" x1="{x}" x2="{x}" y1="16" y2="{top - gap}"/>'
-                    f'<text x="{x}" y="11" text-anchor="middle">{_ms(lo * 10 ** i)}</text>')
-    return (f'<svg class="chart" data-chart="workloads" viewBox="0 0 960 {top}" '
-            f'role="img">{"".join(body)}</svg>')
+        x = sx(lo * 10**i)
+        body.insert(
+            0,
+            f'<line class="grid" x1="{x}" x2="{x}" y1="16" y2="{top - gap}"/>'
+            f'<text x="{x}" y="11" text-anchor="middle">{_ms(lo * 10**i)}</text>',
+        )
+    return (
+        f'<svg class="chart" data-chart="workloads" viewBox="0 0 960 {top}" '
+        f'role="img">{"".join(body)}</svg>'
+    )
 
 
 def llm_charts(calls: list[LLMCalled]) -> str:
@@ -339,17 +423,25 @@ def llm_charts(calls: list[LLMCalled]) -> str:
         cost.append((c.elapsed_s / unit, c_sum))
     xlabel = "run time (min)" if minutes else "run time (s)"
     out = []
-    for name, pts, ylabel, color in (("tokens", tokens, "tokens (prompt + completion)", "#1f77b4"),
-                                     ("cost", cost, "cost (USD, priced calls)", "#d62728")):
+    for name, pts, ylabel, color in (
+        ("tokens", tokens, "tokens (prompt + completion)", "#1f77b4"),
+        ("cost", cost, "cost (USD, priced calls)", "#d62728"),
+    ):
         xmax, ymax = max(p[0] for p in pts), max(p[1] for p in pts)
         plot = Plot((0, xmax or 1), (0, (ymax or 1) * 1.05), w=470, h=260, left=70)
         line = " ".join(f"{plot.sx(x)},{plot.sy(y)}" for x, y in pts)
-        out.append(plot.svg(name, plot.axes(xlabel, ylabel) + f'<polyline data-mark="1" '
-                            f'fill="none" stroke="{color}" stroke-width="2" points="{line}"/>'))
+        out.append(
+            plot.svg(
+                name,
+                plot.axes(xlabel, ylabel) + f'<polyline data-mark="1" '
+                f'fill="none" stroke="{color}" stroke-width="2" points="{line}"/>',
+            )
+        )
     return "".join(out)
 
 
 # -- text ------------------------------------------------------------------------------------
+
 
 def markdown(text: str) -> str:
     """Headings, lists, paragraphs, `code` and **bold**; everything escaped first."""
@@ -394,32 +486,52 @@ def markdown(text: str) -> str:
 
 def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
     """A table of cells already escaped."""
-    return (f'<table class="{cls}"><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-            + "</table>")
+    return (
+        f'<table class="{cls}"><tr>'
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr>"
+        + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+        + "</table>"
+    )
 
 
 def restructure_table(f: Facts) -> str:
     rows = []
     for x, e in f.restructures:
         s = f.scores.get(e.seq)
-        verdict = ("not scored yet" if s is None else
-                   f'<b class="{"yes" if s.helped else "no"}">'
-                   f'{"helped" if s.helped else "did not help"}</b>: '
-                   f"{speedup_text(s.best_before)} → {speedup_text(s.best_after)}"
-                   + (f" ({escape(s.by)})" if s.by else ""))
-        rows.append([str(e.seq), str(x), escape(e.op), escape(e.team or "-"), escape(e.reason),
-                     escape(", ".join(dict.fromkeys(e.evidence))), speedup_text(e.best_before),
-                     verdict])
-    return _table(["seq", "after", "op", "team", "reason", "evidence", "best then", "score"],
-                  rows, "restructures")
+        verdict = (
+            "not scored yet"
+            if s is None
+            else f'<b class="{"yes" if s.helped else "no"}">'
+            f"{'helped' if s.helped else 'did not help'}</b>: "
+            f"{speedup_text(s.best_before)} → {speedup_text(s.best_after)}"
+            + (f" ({escape(s.by)})" if s.by else "")
+        )
+        rows.append(
+            [
+                str(e.seq),
+                str(x),
+                escape(e.op),
+                escape(e.team or "-"),
+                escape(e.reason),
+                escape(", ".join(dict.fromkeys(e.evidence))),
+                speedup_text(e.best_before),
+                verdict,
+            ]
+        )
+    return _table(
+        ["seq", "after", "op", "team", "reason", "evidence", "best then", "score"],
+        rows,
+        "restructures",
+    )
 
 
 def _best_result(ws: Workspace, f: Facts) -> dict | None:
     """The best candidate's evaluation, from its folder (best/ may be mid-swap)."""
     best = next((c for c in f.candidates if c.candidate == f.best), None)
     for path in ([ws.paths.result(best.team, best.candidate)] if best else []) + [
-            ws.paths.best / "result.json"]:
+        ws.paths.best / "result.json"
+    ]:
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
@@ -429,78 +541,136 @@ def _best_result(ws: Workspace, f: Facts) -> dict | None:
 
 # -- the page --------------------------------------------------------------------------------
 
+
 def _summary(ws: Workspace, f: Facts, max_evals: int) -> str:
     st, stop = f.state, f.stopped
-    now = ("running" if ws.is_locked() else f"stopped ({stop.code or 'no code'}): {stop.reason}"
-           if stop else "not running (stopped without a record, e.g. crashed)")
+    now = (
+        "running"
+        if ws.is_locked()
+        else f"stopped ({stop.code or 'no code'}): {stop.reason}"
+        if stop
+        else "not running (stopped without a record, e.g. crashed)"
+    )
     best = f"{speedup_text(st.best_speedup)} ({st.best.cid})" if st.best else "none yet"
-    teams = _table(["team", "preset", "strategy", "state", "evaluations", "best"], [
-        [f'<span class="sw" style="background:{f.teams.get(t.id, "#777")}"></span>'
-         + escape(t.id), escape(t.preset), escape(t.strategy), escape(t.state), str(t.evals),
-         speedup_text(t.best_estimate)] for t in st.teams.values()])
-    return (f"<p><b>{escape(st.target)}</b>: {escape(now)}<br>Best <b>{escape(best)}</b> after "
-            f"{st.spent_evals} of {max_evals} evaluations ({st.retimes} re-times); "
-            f"{st.plateaus} plateaus, {st.restructures} restructures, {st.elapsed_s:.0f} s of "
-            "run time.</p>" + teams)
+    teams = _table(
+        ["team", "preset", "strategy", "state", "evaluations", "best"],
+        [
+            [
+                f'<span class="sw" style="background:{f.teams.get(t.id, "#777")}"></span>'
+                + escape(t.id),
+                escape(t.preset),
+                escape(t.strategy),
+                escape(t.state),
+                str(t.evals),
+                speedup_text(t.best_estimate),
+            ]
+            for t in st.teams.values()
+        ],
+    )
+    return (
+        f"<p><b>{escape(st.target)}</b>: {escape(now)}<br>Best <b>{escape(best)}</b> after "
+        f"{st.spent_evals} of {max_evals} evaluations ({st.retimes} re-times); "
+        f"{st.plateaus} plateaus, {st.restructures} restructures, {st.elapsed_s:.0f} s of "
+        "run time.</p>" + teams
+    )
 
 
 def _usage(f: Facts) -> str:
     u = f.state.usage
     unpriced = f" ({u.unpriced_calls} calls without a known price)" if u.unpriced_calls else ""
-    return (f'<p class="note">{u.calls} LLM calls, {u.prompt + u.completion} tokens '
-            f"({u.cached} of the prompt's cached), ${u.cost_usd:.4f}{unpriced}</p>"
-            f'<div class="pair">{llm_charts(f.llm)}</div>')
+    return (
+        f'<p class="note">{u.calls} LLM calls, {u.prompt + u.completion} tokens '
+        f"({u.cached} of the prompt's cached), ${u.cost_usd:.4f}{unpriced}</p>"
+        f'<div class="pair">{llm_charts(f.llm)}</div>'
+    )
 
 
 def render(ws: Workspace) -> str:
     log = ws.read_log()  # a torn last line (a run writing it now) is left out
     config = ws.config()
     f = collect(log.events, config)
-    legend = "".join(f'<button class="key" data-team="{escape(t)}"><span class="sw" '
-                     f'style="background:{c}"></span>{escape(t)}</button>'
-                     for t, c in f.teams.items())
+    legend = "".join(
+        f'<button class="key" data-team="{escape(t)}"><span class="sw" '
+        f'style="background:{c}"></span>{escape(t)}</button>'
+        for t, c in f.teams.items()
+    )
     bad = tampered(log.bad)
-    sections = [("Run", (f'<p class="no">tampered: {escape(bad)}</p>' if bad else "")
-                 + _summary(ws, f, config.max_evals))]
+    sections = [
+        (
+            "Run",
+            (f'<p class="no">tampered: {escape(bad)}</p>' if bad else "")
+            + _summary(ws, f, config.max_evals),
+        )
+    ]
     if f.candidates:
-        sections.append(("Best speedup over evaluations",
-                         f'<p class="note">Each team\'s best so far (solid; click a team to hide '
-                         f"it) and the run's best (dashed). Markers above: "
-                         f'<span style="color:{PLATEAU}">▼ plateaus</span> and '
-                         f'<span style="color:{RESTRUCTURE}">◆ restructures</span>; hover for '
-                         f"their reasons.</p><div>{legend}</div>{progress_chart(f)}"))
-        sections.append(("Lineage of candidates",
-                         '<p class="note">Parent → child, left to right in the order they were '
-                         "evaluated (a candidate whose agent named no parent hangs from the "
-                         "baseline, at 0); hollow: failed; ringed: the run's best. Hover a "
-                         f"candidate for what it tried.</p>{lineage_chart(f)}"))
+        sections.append(
+            (
+                "Best speedup over evaluations",
+                f'<p class="note">Each team\'s best so far (solid; click a team to hide '
+                f"it) and the run's best (dashed). Markers above: "
+                f'<span style="color:{PLATEAU}">▼ plateaus</span> and '
+                f'<span style="color:{RESTRUCTURE}">◆ restructures</span>; hover for '
+                f"their reasons.</p><div>{legend}</div>{progress_chart(f)}",
+            )
+        )
+        sections.append(
+            (
+                "Lineage of candidates",
+                '<p class="note">Parent → child, left to right in the order they were '
+                "evaluated (a candidate whose agent named no parent hangs from the "
+                "baseline, at 0); hollow: failed; ringed: the run's best. Hover a "
+                f"candidate for what it tried.</p>{lineage_chart(f)}",
+            )
+        )
     else:
         sections.append(("Best speedup over evaluations", "<p>No candidate evaluated yet.</p>"))
     result = _best_result(ws, f) if f.best else None
     if result and result.get("workloads"):
         vendor = f" Vendor: {escape(result['vendor'])}." if result.get("vendor") else ""
-        missing = [what for what, key in (("no vendor timed", "vendor"),
-                                          ("no measured peak (eat doctor)", "peak_fraction"))
-                   if not any(w.get(key) for w in result["workloads"])]
-        sections.append((f"Per-workload times of the best ({escape(f.best)})",
-                         f'<p class="note">Median latency on {escape(result.get("device") or "?")}'
-                         f" (log scale); speedup over the baseline in brackets; \"at peak\": "
-                         f"the time at the device's measured peak throughput.{vendor}"
-                         f"{' (' + ', '.join(missing) + '.)' if missing else ''}</p>"
-                         f"{workloads_chart(result)}"))
+        missing = [
+            what
+            for what, key in (
+                ("no vendor timed", "vendor"),
+                ("no measured peak (eat doctor)", "peak_fraction"),
+            )
+            if not any(w.get(key) for w in result["workloads"])
+        ]
+        sections.append(
+            (
+                f"Per-workload times of the best ({escape(f.best)})",
+                f'<p class="note">Median latency on {escape(result.get("device") or "?")}'
+                f' (log scale); speedup over the baseline in brackets; "at peak": '
+                f"the time at the device's measured peak throughput.{vendor}"
+                f"{' (' + ', '.join(missing) + '.)' if missing else ''}</p>"
+                f"{workloads_chart(result)}",
+            )
+        )
     else:
         sections.append(("Per-workload times of the best", "<p>No timed best candidate yet.</p>"))
     if f.llm:
         sections.append(("Tokens and cost", _usage(f)))
     else:
-        sections.append(("Tokens and cost", f"<p>No LLM calls: this run's agents and "
-                         f"supervisor worked offline (model {escape(config.model)}), so it "
-                         "spent no tokens and nothing.</p>"))
-    sections.append(("Restructure decisions", restructure_table(f) if f.restructures else
-                     "<p>No restructure yet.</p>"))
+        sections.append(
+            (
+                "Tokens and cost",
+                f"<p>No LLM calls: this run's agents and "
+                f"supervisor worked offline (model {escape(config.model)}), so it "
+                "spent no tokens and nothing.</p>",
+            )
+        )
+    sections.append(
+        (
+            "Restructure decisions",
+            restructure_table(f) if f.restructures else "<p>No restructure yet.</p>",
+        )
+    )
     learning = read_settled(ws.paths.learning)
-    sections.append(("LEARNING.md", f'<div class="md">{markdown(learning)}</div>' if learning
-                     else "<p>No LEARNING.md.</p>"))
+    sections.append(
+        (
+            "LEARNING.md",
+            f'<div class="md">{markdown(learning)}</div>' if learning else "<p>No LEARNING.md.</p>",
+        )
+    )
     body = "".join(f"<section><h2>{title}</h2>{html}</section>" for title, html in sections)
     return PAGE.format(title=escape(f"eat report: {f.state.target}"), css=CSS, js=JS, body=body)
 

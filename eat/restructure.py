@@ -14,10 +14,11 @@ next local searches start.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from eat.events import Event, RestructureScored, Restructured, TeamSpawned
+from eat.events import Event, Restructured, RestructureScored, TeamSpawned
 from eat.plateau import Plateau, climbed, is_local, optima, promising_regions
 from eat.state import Candidate, RunState
 
@@ -25,8 +26,13 @@ OPS = ("spawn", "retire", "fork", "redirect", "recompose", "rebalance")
 # Restart options, and how much the rules trust each before this run has scored any: a model
 # or a climb in a region nobody climbed, a model of the whole space, combined steps at an
 # elite no local search has worked on, a fresh explorer.
-PRIORS = {"fork model": 0.6, "fork coordinate": 0.55, "spawn model": 0.5, "fork refiner": 0.45,
-          "spawn explorer": 0.3}
+PRIORS = {
+    "fork model": 0.6,
+    "fork coordinate": 0.55,
+    "spawn model": 0.5,
+    "fork refiner": 0.45,
+    "spawn explorer": 0.3,
+}
 CURIOSITY = 0.5  # weight of the bandit's exploration term against the arms' scores
 
 
@@ -34,7 +40,7 @@ CURIOSITY = 0.5  # weight of the bandit's exploration term against the arms' sco
 class Diagnosis:
     plateau: Plateau
     cause: str
-    remedy: str                # a key of RULES
+    remedy: str  # a key of RULES
 
 
 @dataclass
@@ -42,7 +48,7 @@ class Operation:
     op: str
     reason: str
     evidence: list[str]
-    team: str | None = None    # the team changed (for spawn/fork: filled when applied)
+    team: str | None = None  # the team changed (for spawn/fork: filled when applied)
     params: dict[str, Any] = field(default_factory=dict)
     scope: str = "team"
 
@@ -51,10 +57,10 @@ class Operation:
 class Limits:
     """What bounds one step's decisions."""
 
-    max_teams: int                                   # teams active at once
-    spawn_cap: int = 10**6                           # teams spawned over the run
+    max_teams: int  # teams active at once
+    spawn_cap: int = 10**6  # teams spawned over the run
     presets: frozenset[str] = frozenset({"coordinate", "explorer", "refiner", "model"})
-    llm: bool = False                                # teams are LLM agents (roles matter)
+    llm: bool = False  # teams are LLM agents (roles matter)
 
 
 # -- diagnosis -----------------------------------------------------------------------------
@@ -67,32 +73,49 @@ def diagnose(p: Plateau, state: RunState) -> Diagnosis:
     if p.kind == "opened":
         return Diagnosis(p, f"exploration opened a region: {p.message}", "climb")
     if p.kind == "repeating":
-        return Diagnosis(p, f"team {p.team} keeps repeating candidates already evaluated: "
-                         f"{p.message}" + ("; it was steered before" if steered else ""),
-                         "retire" if steered else "redirect")
+        return Diagnosis(
+            p,
+            f"team {p.team} keeps repeating candidates already evaluated: "
+            f"{p.message}" + ("; it was steered before" if steered else ""),
+            "retire" if steered else "redirect",
+        )
     if p.kind == "failing":
-        return Diagnosis(p, f"team {p.team} keeps producing broken candidates: {p.message}",
-                         "retire" if steered else "recompose")
+        return Diagnosis(
+            p,
+            f"team {p.team} keeps producing broken candidates: {p.message}",
+            "retire" if steered else "recompose",
+        )
     if team is None:
         return Diagnosis(p, f"the whole run stalled: {p.message}", "restart")
     if p.kind == "converged":
-        return Diagnosis(p, f"team {p.team} duplicates another team's search: {p.message}",
-                         "restart" if is_local(team) else "redirect")
+        return Diagnosis(
+            p,
+            f"team {p.team} duplicates another team's search: {p.message}",
+            "restart" if is_local(team) else "redirect",
+        )
     if is_local(team):
         if p.kind == "stalled" and state.best is not None and state.best.team == team.id:
             # It holds the run's best: its region is the best known, so it keeps climbing
             # (until it has nothing left to try) while combined steps try the elite.
-            return Diagnosis(p, f"team {p.team} leads but single steps no longer help "
-                             f"({p.message}): try combined steps around its best", "polish")
-        where = "has searched everything its steps reach from where it stands" \
-            if p.kind == "exhausted" else f"stopped gaining ({p.message})"
+            return Diagnosis(
+                p,
+                f"team {p.team} leads but single steps no longer help "
+                f"({p.message}): try combined steps around its best",
+                "polish",
+            )
+        where = (
+            "has searched everything its steps reach from where it stands"
+            if p.kind == "exhausted"
+            else f"stopped gaining ({p.message})"
+        )
         return Diagnosis(p, f"team {p.team} {where}: a local optimum", "restart")
     if p.kind == "exhausted":
         return Diagnosis(p, f"team {p.team} has nothing left to try", "retire")
     # A global team's own best says little: it is judged by the regions it opens. When its
     # picks stop paying, it is kept out of the regions already found.
-    return Diagnosis(p, f"team {p.team}'s exploration keeps to regions already found "
-                     f"({p.message})", "refocus")
+    return Diagnosis(
+        p, f"team {p.team}'s exploration keeps to regions already found ({p.message})", "refocus"
+    )
 
 
 # -- the rules -----------------------------------------------------------------------------
@@ -135,8 +158,15 @@ class Plan:
         worst = max(stale, key=lambda t: (t.since_improvement, -t.evals), default=None)
         if worst is None:
             return False
-        self.add(Operation("retire", f"making room: {worst.id} gained nothing in its last "
-                           f"{worst.since_improvement} candidates", evidence, team=worst.id))
+        self.add(
+            Operation(
+                "retire",
+                f"making room: {worst.id} gained nothing in its last "
+                f"{worst.since_improvement} candidates",
+                evidence,
+                team=worst.id,
+            )
+        )
         return True
 
 
@@ -186,9 +216,15 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
         if team is None:  # the run stalled: send the global searches to new regions
             for t in plan.state.active_teams():
                 if not is_local(t) and t.id not in plan.touched:
-                    rule_refocus(Diagnosis(Plateau("team", "stalled", t.id, 0, None, 0.0,
-                                                   d.plateau.evidence), d.cause, "refocus"),
-                                 plan, restart=False)
+                    rule_refocus(
+                        Diagnosis(
+                            Plateau("team", "stalled", t.id, 0, None, 0.0, d.plateau.evidence),
+                            d.cause,
+                            "refocus",
+                        ),
+                        plan,
+                        restart=False,
+                    )
         elif is_local(team) and plan.active > 1:
             rule_retire(d, plan)  # its turns go to the teams still searching
         elif team.redirects == 0:
@@ -203,15 +239,26 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
     if arm in ("fork coordinate", "fork model"):  # its own region, not back into found ones
         params["avoid"] = [c.cid for c in optima(plan.state)]
     if start is not None:
-        how = {"refiner": "changing one or two parameters at a time",
-               "coordinate": "climbing one parameter at a time, in a region no team has climbed",
-               "model": "searching its region, which no team has climbed, with a model of "
-                        "every measurement"}[preset]
-        params |= {"start_from": start.cid, "directive": f"Restart from {start.cid} "
-                   f"({start.estimate:.2f}x), {how}."}
+        how = {
+            "refiner": "changing one or two parameters at a time",
+            "coordinate": "climbing one parameter at a time, in a region no team has climbed",
+            "model": "searching its region, which no team has climbed, with a model of "
+            "every measurement",
+        }[preset]
+        params |= {
+            "start_from": start.cid,
+            "directive": f"Restart from {start.cid} ({start.estimate:.2f}x), {how}.",
+        }
         evidence.append(start.cid)
-    plan.add(Operation(op, d.cause + f" (chosen: {arm}, worth {plan.values.get(arm, 0):.2f})",
-                       evidence, scope=p.scope, params=params))
+    plan.add(
+        Operation(
+            op,
+            d.cause + f" (chosen: {arm}, worth {plan.values.get(arm, 0):.2f})",
+            evidence,
+            scope=p.scope,
+            params=params,
+        )
+    )
     if replacing:
         plan.add(Operation("retire", "replaced: " + d.cause, p.evidence, team=team.id))
 
@@ -224,24 +271,50 @@ def rule_climb(d: Diagnosis, plan: Plan) -> None:
         return
     if not plan.make_room(d.plateau.evidence, 0):
         return
-    plan.add(Operation("fork", d.cause, d.plateau.evidence, scope="run", params={
-        "preset": "coordinate", "start_from": start.cid, "arm": "fork coordinate",
-        "avoid": [c.cid for c in optima(plan.state)],
-        "directive": f"Climb from {start.cid} ({start.estimate:.2f}x) one parameter at a time: "
-                     "a region no team has searched."}))
+    plan.add(
+        Operation(
+            "fork",
+            d.cause,
+            d.plateau.evidence,
+            scope="run",
+            params={
+                "preset": "coordinate",
+                "start_from": start.cid,
+                "arm": "fork coordinate",
+                "avoid": [c.cid for c in optima(plan.state)],
+                "directive": f"Climb from {start.cid} ({start.estimate:.2f}x) one parameter at "
+                "a time: a region no team has searched.",
+            },
+        )
+    )
 
 
 def rule_polish(d: Diagnosis, plan: Plan) -> None:
     """The leading local search stalled: fork combined steps around the elite, once; the
     leader goes on."""
     elite = plan.state.best
-    if elite is None or elite.cid in plan.starts or "refiner" not in plan.limits.presets \
-            or not plan.can_spawn() or not plan.make_room(d.plateau.evidence, 0):
+    if (
+        elite is None
+        or elite.cid in plan.starts
+        or "refiner" not in plan.limits.presets
+        or not plan.can_spawn()
+        or not plan.make_room(d.plateau.evidence, 0)
+    ):
         return
-    plan.add(Operation("fork", d.cause, d.plateau.evidence + [elite.cid], params={
-        "preset": "refiner", "start_from": elite.cid, "arm": "fork refiner",
-        "directive": f"Restart from {elite.cid} ({elite.estimate:.2f}x), changing one or two "
-                     "parameters at a time."}))
+    plan.add(
+        Operation(
+            "fork",
+            d.cause,
+            d.plateau.evidence + [elite.cid],
+            params={
+                "preset": "refiner",
+                "start_from": elite.cid,
+                "arm": "fork refiner",
+                "directive": f"Restart from {elite.cid} ({elite.estimate:.2f}x), changing one or "
+                "two parameters at a time.",
+            },
+        )
+    )
 
 
 def rule_recompose(d: Diagnosis, plan: Plan) -> None:
@@ -252,8 +325,15 @@ def rule_recompose(d: Diagnosis, plan: Plan) -> None:
     missing = [r for r in ("debugger", "reviewer") if r not in team.roles]
     if not plan.limits.llm or not missing or not team.roles:
         return rule_redirect(d, plan)
-    plan.add(Operation("recompose", d.cause, d.plateau.evidence, team=team.id, params={
-        "roles": team.roles + missing, "added": missing}))
+    plan.add(
+        Operation(
+            "recompose",
+            d.cause,
+            d.plateau.evidence,
+            team=team.id,
+            params={"roles": team.roles + missing, "added": missing},
+        )
+    )
     # A recomposed team has been steered: if it keeps failing, it is retired.
 
 
@@ -264,14 +344,24 @@ def rule_redirect(d: Diagnosis, plan: Plan) -> None:
     elite = plan.state.best
     strategy = "explorer" if team.strategy != "explorer" else "refiner"
     start = elite.cid if elite else None
-    directive = (f"Your {team.strategy} search stopped paying off; switch to {strategy} "
-                 "search" + (f" around {start}." if start else "."))
+    directive = f"Your {team.strategy} search stopped paying off; switch to {strategy} search" + (
+        f" around {start}." if start else "."
+    )
     if p.kind == "repeating":
-        directive = (f"Your last attempts repeated {', '.join(p.evidence)}, already evaluated: "
-                     f"nothing is learned from a repeat. Try a different kind of change "
-                     f"({strategy} search)" + (f" starting from {start}." if start else "."))
-    plan.add(Operation("redirect", d.cause, p.evidence, team=team.id, params={
-        "strategy": strategy, "start_from": start, "directive": directive}))
+        directive = (
+            f"Your last attempts repeated {', '.join(p.evidence)}, already evaluated: "
+            f"nothing is learned from a repeat. Try a different kind of change "
+            f"({strategy} search)" + (f" starting from {start}." if start else ".")
+        )
+    plan.add(
+        Operation(
+            "redirect",
+            d.cause,
+            p.evidence,
+            team=team.id,
+            params={"strategy": strategy, "start_from": start, "directive": directive},
+        )
+    )
 
 
 def rule_retire(d: Diagnosis, plan: Plan) -> None:
@@ -282,8 +372,11 @@ def rule_retire(d: Diagnosis, plan: Plan) -> None:
         if not plan.can_spawn():
             return
         plan.add(Operation("retire", d.cause, p.evidence, team=p.team))
-        plan.add(Operation("spawn", "no team would be left active", p.evidence,
-                           params={"preset": "explorer"}))
+        plan.add(
+            Operation(
+                "spawn", "no team would be left active", p.evidence, params={"preset": "explorer"}
+            )
+        )
         return
     plan.add(Operation("retire", d.cause, p.evidence, team=p.team))
 
@@ -295,16 +388,31 @@ def rule_refocus(d: Diagnosis, plan: Plan, restart: bool = True) -> None:
     new = [c.cid for c in optima(plan.state) if c.cid not in team.avoid]
     if not new:
         return rule_restart(d, plan) if restart else None
-    plan.add(Operation("redirect", d.cause, d.plateau.evidence + new, team=team.id, params={
-        "strategy": team.strategy, "avoid": team.avoid + new,
-        "directive": f"Search away from the regions of {', '.join(team.avoid + new)}: "
-                     "they are found already."}))
+    plan.add(
+        Operation(
+            "redirect",
+            d.cause,
+            d.plateau.evidence + new,
+            team=team.id,
+            params={
+                "strategy": team.strategy,
+                "avoid": team.avoid + new,
+                "directive": f"Search away from the regions of {', '.join(team.avoid + new)}: "
+                "they are found already.",
+            },
+        )
+    )
 
 
 RULES: dict[str, Callable[[Diagnosis, Plan], None]] = {
-    "restart": rule_restart, "redirect": rule_redirect, "retire": rule_retire,
-    "refocus": rule_refocus, "climb": rule_climb, "polish": rule_polish,
-    "recompose": rule_recompose}
+    "restart": rule_restart,
+    "redirect": rule_redirect,
+    "retire": rule_retire,
+    "refocus": rule_refocus,
+    "climb": rule_climb,
+    "polish": rule_polish,
+    "recompose": rule_recompose,
+}
 
 
 def decide(diagnoses: list[Diagnosis], state: RunState, limits: Limits) -> list[Operation]:
@@ -324,8 +432,9 @@ def _new_team_id(state: RunState, preset: str) -> str:
     return f"{preset}-{len(state.teams) + 1}"
 
 
-def operation_events(op: Operation, state: RunState, key: str, seed: int,
-                     presets: dict[str, Any]) -> list[Event]:
+def operation_events(
+    op: Operation, state: RunState, key: str, seed: int, presets: dict[str, Any]
+) -> list[Event]:
     """The events that record `op` (a spawn or fork also spawns its team)."""
     params = {**op.params, "key": key}
     events: list[Event] = []
@@ -333,13 +442,30 @@ def operation_events(op: Operation, state: RunState, key: str, seed: int,
     if op.op in ("spawn", "fork"):
         preset = presets[params["preset"]]
         team = _new_team_id(state, preset.name)
-        events.append(TeamSpawned(team=team, preset=preset.name, strategy=preset.strategy,
-                                  directive=params.get("directive", preset.directive),
-                                  share=preset.share, start_from=params.get("start_from"),
-                                  avoid=list(params.get("avoid", [])), seed=seed,
-                                  roles=[r.name for r in preset.roles]))
-    events.append(Restructured(op=op.op, team=team, reason=op.reason, evidence=op.evidence,
-                               params=params, best_before=state.best_speedup, scope=op.scope))
+        events.append(
+            TeamSpawned(
+                team=team,
+                preset=preset.name,
+                strategy=preset.strategy,
+                directive=params.get("directive", preset.directive),
+                share=preset.share,
+                start_from=params.get("start_from"),
+                avoid=list(params.get("avoid", [])),
+                seed=seed,
+                roles=[r.name for r in preset.roles],
+            )
+        )
+    events.append(
+        Restructured(
+            op=op.op,
+            team=team,
+            reason=op.reason,
+            evidence=op.evidence,
+            params=params,
+            best_before=state.best_speedup,
+            scope=op.scope,
+        )
+    )
     return events
 
 
@@ -354,12 +480,25 @@ def score(state: RunState, window: int) -> list[RestructureScored]:
         done = [t for t in teams if t.state != "active" or t.evals - p.at.get(t.id, 0) >= window]
         if not teams or len(done) < len(teams):
             continue
-        found = max((t.best for t in teams if t.best and t.best.seq > p.seq
-                     and t.best.estimate is not None), key=lambda c: c.estimate, default=None)
-        helped = found is not None and (p.best_before is None or
-                                        found.estimate > p.best_before * (1 + threshold))
-        verdicts.append(RestructureScored(restructure=p.seq, helped=helped,
-                                          best_before=p.best_before,
-                                          best_after=state.best_speedup,
-                                          by=found.cid if helped else None))
+        found = max(
+            (
+                t.best
+                for t in teams
+                if t.best and t.best.seq > p.seq and t.best.estimate is not None
+            ),
+            key=lambda c: c.estimate,
+            default=None,
+        )
+        helped = found is not None and (
+            p.best_before is None or found.estimate > p.best_before * (1 + threshold)
+        )
+        verdicts.append(
+            RestructureScored(
+                restructure=p.seq,
+                helped=helped,
+                best_before=p.best_before,
+                best_after=state.best_speedup,
+                by=found.cid if helped else None,
+            )
+        )
     return verdicts

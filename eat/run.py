@@ -5,34 +5,42 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from eat import learning, supervisor
 from eat.advisor import LLMAdvisor
-from eat.budget import INTERRUPTED, Stop, llm_budget_spent
 from eat.agents.external import CommandAgent, check_preset
 from eat.agents.llm import LLMAgent
 from eat.agents.offline import OfflineAgent
+from eat.budget import INTERRUPTED, Stop, llm_budget_spent
 from eat.config import RunConfig, make_config
 from eat.context import RunContext
 from eat.errors import BadInput, RunnerUnavailable
-from eat.events import (Event, LLMCalled, RunResumed, RunStarted, RunStopped, TargetChanged,
-                        TeamSpawned)
+from eat.events import (
+    Event,
+    LLMCalled,
+    RunResumed,
+    RunStarted,
+    RunStopped,
+    TargetChanged,
+    TeamSpawned,
+)
 from eat.llm import LLMClient, LLMSettings, check_model
-from eat.runners.base import Evaluation, Runner, runner_for
-from eat.seal import (Guarded, Seal, differences, digest, files_of, hidden, recorded_digest,
-                      snapshot)
-from eat.skill import Skill, load as load_skill, record as skill_record
+from eat.notes import write_notes
+from eat.runners import runner_for
+from eat.runners.base import Evaluation, Runner
+from eat.seal import Guarded, Seal, differences, digest, files_of, hidden, recorded_digest, snapshot
+from eat.skill import Skill
+from eat.skill import load as load_skill
+from eat.skill import record as skill_record
 from eat.state import RunState
 from eat.status import run_status  # noqa: F401  (eat.run starts, resumes and reads runs)
 from eat.steer import Steering
 from eat.target import EvalConfig, Target, load_target
-from eat.notes import write_notes
 from eat.team import load_presets
 from eat.turn import evaluated_event
 from eat.workspace import Workspace, write_atomic
-
 
 
 def default_workspace(target: Target) -> Path:
@@ -45,13 +53,16 @@ def _runner_for(target: Target, given: Runner | None, config: RunConfig) -> Runn
     if runner is None:
         from eat.cache import max_bytes
         from eat.doctor import load_peaks
+
         max_bytes()  # a bad $EAT_CACHE_MAX_GB is refused here, before a workspace is made
         peaks = load_peaks(target.runner)
         if config.executor == "ray":
             from eat.executors.local import default_workers
             from eat.executors.ray import RayRunner
-            runner = RayRunner(target, config.workers or default_workers(), config.ray_address,
-                               peaks=peaks)
+
+            runner = RayRunner(
+                target, config.workers or default_workers(), config.ray_address, peaks=peaks
+            )
         else:
             runner = runner_for(target, peaks=peaks)
     why = runner.unavailable(target)
@@ -68,33 +79,45 @@ def _close(runner: Runner) -> None:
         runner.close()
 
 
-def _make_agent_factory(config: RunConfig, target: Target, presets: dict,
-                        skill: Skill | None = None):
+def _make_agent_factory(
+    config: RunConfig, target: Target, presets: dict, skill: Skill | None = None
+):
     """(team, ctx) -> its agent: offline knob search (from the skill's configurations, if
     given), or the LLM agent with each role's model (the skill is in its prompts)."""
     for model in {config.model, config.supervisor_model} - {"offline", None}:
         check_model(model, config.api_base)
-    runtimes = {config.agent} if config.agent else {p.runtime for p in presets.values()
-                                                     if p.name in config.start_teams()}
+    runtimes = (
+        {config.agent}
+        if config.agent
+        else {p.runtime for p in presets.values() if p.name in config.start_teams()}
+    )
     for runtime in runtimes - {None, "prompt", "tools"}:
         check_preset(runtime, config.model)
     if {"prompt", "tools"} & runtimes and config.model == "offline":
         raise BadInput("the prompt and tools runtimes need --model (a litellm model)")
     if config.model == "offline" and not target.knobs and not config.agent:
-        raise BadInput(f"{target.root}: declares no knobs, and the offline agents search knobs "
-                       "(give --model a litellm model to use LLM agents, or --agent)")
+        raise BadInput(
+            f"{target.root}: declares no knobs, and the offline agents search knobs "
+            "(give --model a litellm model to use LLM agents, or --agent)"
+        )
 
     def make(team, ctx: RunContext):
         spec = presets.get(team.preset)
         runtime = config.agent or (spec.runtime if spec else None)
         if runtime == "tools":
             from eat.agents.tools import ToolsAgent
+
             return ToolsAgent(llm_client(ctx, config.model), ctx.ws.paths)
         if runtime not in (None, "prompt"):
             return CommandAgent(runtime, ctx, command=config.agent_command, model=config.model)
         roles = {r.name: r for r in spec.roles} if spec else {}
-        llm_roles = {n: r for n, r in roles.items() if r.agent == "llm" or runtime == "prompt"
-                     or (r.agent == "auto" and config.model != "offline")}
+        llm_roles = {
+            n: r
+            for n, r in roles.items()
+            if r.agent == "llm"
+            or runtime == "prompt"
+            or (r.agent == "auto" and config.model != "offline")
+        }
         if not llm_roles:
             return OfflineAgent(target, seed=config.seed, skill=skill and skill.data)
 
@@ -110,17 +133,27 @@ def _make_agent_factory(config: RunConfig, target: Target, presets: dict,
 def llm_client(ctx: RunContext, model: str) -> LLMClient:
     """A client for `model` whose every call is logged and counted against --max-cost."""
     c = ctx.config
-    settings = LLMSettings(model=model, api_base=c.api_base, timeout_s=c.llm_timeout_s,
-                           attempts=c.llm_attempts, backoff_s=c.llm_backoff_s,
-                           concurrency=c.llm_concurrency,
-                           input_cost_per_token=c.input_cost_per_token,
-                           output_cost_per_token=c.output_cost_per_token)
+    settings = LLMSettings(
+        model=model,
+        api_base=c.api_base,
+        timeout_s=c.llm_timeout_s,
+        attempts=c.llm_attempts,
+        backoff_s=c.llm_backoff_s,
+        concurrency=c.llm_concurrency,
+        input_cost_per_token=c.input_cost_per_token,
+        output_cost_per_token=c.output_cost_per_token,
+    )
+
     def refuse() -> str | None:
         stop = llm_budget_spent(ctx.state, c)
         return str(stop) if stop else None
 
-    return LLMClient(settings, record=lambda call: ctx.record(LLMCalled(**call.model_dump())),
-                     refuse=refuse, sleep=ctx.sleep)
+    return LLMClient(
+        settings,
+        record=lambda call: ctx.record(LLMCalled(**call.model_dump())),
+        refuse=refuse,
+        sleep=ctx.sleep,
+    )
 
 
 def _advisor(ctx: RunContext) -> LLMAdvisor | None:
@@ -128,16 +161,28 @@ def _advisor(ctx: RunContext) -> LLMAdvisor | None:
     model = ctx.config.supervisor_model
     if not model:
         return None
-    return LLMAdvisor(llm_client(ctx, model), ctx.target, ctx.presets, ctx.ws.paths.learning,
-                      ctx.config.max_teams, skill_path=ctx.ws.paths.skill)
+    return LLMAdvisor(
+        llm_client(ctx, model),
+        ctx.target,
+        ctx.presets,
+        ctx.ws.paths.learning,
+        ctx.config.max_teams,
+        skill_path=ctx.ws.paths.skill,
+    )
 
 
-def start_run(target_path: Path, workspace: Path | None = None, *,
-              on_event: Callable[[Event, RunState], None] | None = None,
-              runner: Runner | None = None, eval_config: EvalConfig | None = None,
-              sleep: Callable[[float], None] = time.sleep,
-              make_agent: Callable | None = None, skill: Path | None = None,
-              **overrides) -> tuple[Path, Stop]:
+def start_run(
+    target_path: Path,
+    workspace: Path | None = None,
+    *,
+    on_event: Callable[[Event, RunState], None] | None = None,
+    runner: Runner | None = None,
+    eval_config: EvalConfig | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    make_agent: Callable | None = None,
+    skill: Path | None = None,
+    **overrides,
+) -> tuple[Path, Stop]:
     """Create a workspace for the target and run it; returns (workspace, why it stopped).
     `runner` and `make_agent` ((team, ctx) -> its agent) replace the target's runner and the
     configured agents (tests and benchmarks). `skill`: a SKILL.md of an earlier run on the same
@@ -157,9 +202,19 @@ def start_run(target_path: Path, workspace: Path | None = None, *,
             if skill:
                 write_atomic(ws.paths.skill, skill.text)
             sealed = snapshot(target.root, ws.paths.target_copy, (ws.paths.root,))
-            ctx = _context(ws, config, _judged(ws, config), presets, make_agent,
-                           runner, ws.load(), eval_config=eval_config, on_event=on_event,
-                           sleep=sleep, sealed=sealed)
+            ctx = _context(
+                ws,
+                config,
+                _judged(ws, config),
+                presets,
+                make_agent,
+                runner,
+                ws.load(),
+                eval_config=eval_config,
+                on_event=on_event,
+                sleep=sleep,
+                sealed=sealed,
+            )
             _begin(ctx, skill_record(skill, given) if skill else None)
             return ws.paths.root, _loop(ctx)
     finally:
@@ -174,19 +229,44 @@ def _judged(ws: Workspace, config: RunConfig) -> Target:
     return target
 
 
-def _context(ws: Workspace, config: RunConfig, target: Target, presets: dict, make_agent,
-             runner: Runner, events: list[Event], *, eval_config, on_event, sleep,
-             sealed: str) -> RunContext:
+def _context(
+    ws: Workspace,
+    config: RunConfig,
+    target: Target,
+    presets: dict,
+    make_agent,
+    runner: Runner,
+    events: list[Event],
+    *,
+    eval_config,
+    on_event,
+    sleep,
+    sealed: str,
+) -> RunContext:
     """The loop's dependencies, its state folded from `events`, and the LLM supervisor if any;
     the runner refuses to evaluate once the target folder no longer has the digest `sealed`."""
     state = RunState.from_events(events, config.windows())
-    ctx = RunContext(ws=ws, state=state, target=target, runner=runner, config=config,
-                     presets=presets, make_agent=make_agent, eval_config=eval_config,
-                     on_event=on_event or (lambda e, s: None), elapsed_base=state.elapsed_s,
-                     sleep=sleep)
+    ctx = RunContext(
+        ws=ws,
+        state=state,
+        target=target,
+        runner=runner,
+        config=config,
+        presets=presets,
+        make_agent=make_agent,
+        eval_config=eval_config,
+        on_event=on_event or (lambda e, s: None),
+        elapsed_base=state.elapsed_s,
+        sleep=sleep,
+    )
     seal = Seal(Path(config.target), ws.paths.target_copy, sealed, (ws.paths.root,))
-    ctx.runner = Guarded(runner, seal, lambda files: ctx.record(TargetChanged(
-        files=files, digest=digest(files_of(seal.original, seal.leave_out)))))
+    ctx.runner = Guarded(
+        runner,
+        seal,
+        lambda files: ctx.record(
+            TargetChanged(files=files, digest=digest(files_of(seal.original, seal.leave_out)))
+        ),
+    )
     ctx.advisor = _advisor(ctx)
     return ctx
 
@@ -195,25 +275,46 @@ def _begin(ctx: RunContext, skill: dict | None = None) -> None:
     """Record the run's start and its first teams (also when a crash cut `start` short)."""
     config, target = ctx.config, ctx.target
     if ctx.state.seq == 0:
-        ctx.record(RunStarted(target=target.name, target_path=config.target,
-                              model=config.model, config=config.model_dump(mode="json"),
-                              skill=skill, target_digest=ctx.runner.seal.expected))
+        ctx.record(
+            RunStarted(
+                target=target.name,
+                target_path=config.target,
+                model=config.model,
+                config=config.model_dump(mode="json"),
+                skill=skill,
+                target_digest=ctx.runner.seal.expected,
+            )
+        )
     for i, name in enumerate(config.start_teams()):
         p = ctx.presets[name]
         if f"{p.name}-{i + 1}" not in ctx.state.teams:
-            ctx.record(TeamSpawned(team=f"{p.name}-{i + 1}", preset=p.name,
-                                   strategy=p.strategy, directive=p.directive, share=p.share,
-                                   seed=config.seed + i, roles=[r.name for r in p.roles]))
+            ctx.record(
+                TeamSpawned(
+                    team=f"{p.name}-{i + 1}",
+                    preset=p.name,
+                    strategy=p.strategy,
+                    directive=p.directive,
+                    share=p.share,
+                    seed=config.seed + i,
+                    roles=[r.name for r in p.roles],
+                )
+            )
     for team in ctx.state.teams.values():
         write_notes(team, ctx)
     learning.update(ctx.ws.paths.learning, ctx.state, target)
     ctx.ws.commit(f"run started on {target.name}: teams {', '.join(ctx.state.teams)}")
 
 
-def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] | None = None,
-               runner: Runner | None = None, eval_config: EvalConfig | None = None,
-               sleep: Callable[[float], None] = time.sleep, accept_target_change: bool = False,
-               **budgets) -> tuple[Path, Stop]:
+def resume_run(
+    workspace: Path,
+    *,
+    on_event: Callable[[Event, RunState], None] | None = None,
+    runner: Runner | None = None,
+    eval_config: EvalConfig | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    accept_target_change: bool = False,
+    **budgets,
+) -> tuple[Path, Stop]:
     """Continue a stopped or crashed run; budgets given are totals for the whole run. A target
     folder that changed since the run started is refused (BadInput) unless
     `accept_target_change`: then it is the run's target from here on (target_changed)."""
@@ -234,13 +335,24 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
             events.append(ws.append(tampering))
         if events and events[0].type != "run_started":
             raise BadInput(f"{ws.paths.history}: the log does not begin with run_started")
-        sealed, change = _reseal(ws, config, recorded_digest(events), bool(events),
-                                 accept_target_change)
+        sealed, change = _reseal(
+            ws, config, recorded_digest(events), bool(events), accept_target_change
+        )
         owned, runner = runner is None, _runner_for(target, runner, config)
         try:
-            ctx = _context(ws, config, _judged(ws, config), presets, make_agent,
-                           runner, events, eval_config=eval_config, on_event=on_event,
-                           sleep=sleep, sealed=sealed)
+            ctx = _context(
+                ws,
+                config,
+                _judged(ws, config),
+                presets,
+                make_agent,
+                runner,
+                events,
+                eval_config=eval_config,
+                on_event=on_event,
+                sleep=sleep,
+                sealed=sealed,
+            )
             if change:
                 ctx.record(change)
             # EVOLUTION.md anew (a crash may have cut it short); what follows appends to it.
@@ -251,16 +363,16 @@ def resume_run(workspace: Path, *, on_event: Callable[[Event, RunState], None] |
             ctx.record(RunResumed(recovered=recovered))
             if ctx.state.best:
                 ws.set_best(ctx.state.best.team, ctx.state.best.cid)
-            ws.commit("run resumed" + (f", recovered {', '.join(recovered)}"
-                                       if recovered else ""))
+            ws.commit("run resumed" + (f", recovered {', '.join(recovered)}" if recovered else ""))
             return ws.paths.root, _loop(ctx)
         finally:
             if owned:
                 _close(runner)
 
 
-def _reseal(ws: Workspace, config: RunConfig, expected: str | None, started: bool,
-            accept: bool) -> tuple[str, TargetChanged | None]:
+def _reseal(
+    ws: Workspace, config: RunConfig, expected: str | None, started: bool, accept: bool
+) -> tuple[str, TargetChanged | None]:
     """The digest a resumed run holds its target to, with its snapshot in place, and the
     target_changed event to record, if any (a change accepted; a log older than seals)."""
     original, copy, out = Path(config.target), ws.paths.target_copy, (ws.paths.root,)
@@ -272,14 +384,17 @@ def _reseal(ws: Workspace, config: RunConfig, expected: str | None, started: boo
         return expected, None
     if expected is not None and not accept:
         files = differences(now, kept) if digest(kept) == expected else ["its contents"]
-        raise BadInput(f"{original}: the target changed since the run started "
-                       f"({', '.join(files[:5])}); restore it, or resume with "
-                       "--accept-target-change to go on with it as it is now")
+        raise BadInput(
+            f"{original}: the target changed since the run started "
+            f"({', '.join(files[:5])}); restore it, or resume with "
+            "--accept-target-change to go on with it as it is now"
+        )
     sealed = snapshot(original, copy, out)
     if not started:
         return sealed, None  # `eat start` died before run_started: _begin records it
-    return sealed, TargetChanged(files=differences(kept, now) if expected else [],
-                                 digest=sealed, accepted=True)
+    return sealed, TargetChanged(
+        files=differences(kept, now) if expected else [], digest=sealed, accepted=True
+    )
 
 
 def _recover(ctx: RunContext) -> list[str]:

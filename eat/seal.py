@@ -32,8 +32,10 @@ class TargetChangedError(HarnessError):
     def __init__(self, files: list[str], root: Path):
         self.files = files
         shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
-        super().__init__(f"the target changed since the run started: {shown} in {root} "
-                         "(restore it, or `eat resume --accept-target-change` to go on with it)")
+        super().__init__(
+            f"the target changed since the run started: {shown} in {root} "
+            "(restore it, or `eat resume --accept-target-change` to go on with it)"
+        )
 
 
 def _walk(root: Path, leave_out: tuple[Path, ...]):
@@ -50,8 +52,11 @@ def _skipped(folder: str, top: str, out: set[str]) -> bool:
     `out`, or a link to a folder within `top` (its files are there already; a link up the tree
     would be walked forever)."""
     real = os.path.realpath(folder)
-    return os.path.basename(folder) in _SKIPPED_DIRS or real in out or (
-        os.path.islink(folder) and (real == top or real.startswith(top + os.sep)))
+    return (
+        os.path.basename(folder) in _SKIPPED_DIRS
+        or real in out
+        or (os.path.islink(folder) and (real == top or real.startswith(top + os.sep)))
+    )
 
 
 def files_of(root: Path, leave_out: tuple[Path, ...] = ()) -> dict[str, str]:
@@ -75,8 +80,9 @@ def _sha256(path: Path) -> str:
 
 def digest(files: dict[str, str]) -> str:
     """One hash of a folder's files and their contents."""
-    return hashlib.sha256("".join(f"{k}\0{v}\n" for k, v in sorted(files.items()))
-                          .encode()).hexdigest()[:32]
+    return hashlib.sha256(
+        "".join(f"{k}\0{v}\n" for k, v in sorted(files.items())).encode()
+    ).hexdigest()[:32]
 
 
 def hidden(sealed: Path, original: Path) -> list[str]:
@@ -109,8 +115,12 @@ def snapshot(src: Path, dst: Path, leave_out: tuple[Path, ...] = ()) -> str:
     out, top = {os.path.realpath(p) for p in leave_out}, os.path.realpath(src)
 
     def ignored(folder: str, names: list[str]) -> set[str]:
-        return {n for n in names if n.endswith(_SKIPPED_SUFFIXES) or (
-            os.path.isdir(path := os.path.join(folder, n)) and _skipped(path, top, out))}
+        return {
+            n
+            for n in names
+            if n.endswith(_SKIPPED_SUFFIXES)
+            or (os.path.isdir(path := os.path.join(folder, n)) and _skipped(path, top, out))
+        }
 
     shutil.copytree(src, part, symlinks=False, ignore=ignored)
     old = dst.with_name(dst.name + ".old")
@@ -125,13 +135,12 @@ class Seal:
     """What the run's target must stay: `original` (the user's folder) and `copy` (the
     snapshot evaluations use) both match `expected`, the digest the log records."""
 
-    def __init__(self, original: Path, copy: Path, expected: str,
-                 leave_out: tuple[Path, ...] = ()):
+    def __init__(self, original: Path, copy: Path, expected: str, leave_out: tuple[Path, ...] = ()):
         self.original, self.copy, self.expected = Path(original), Path(copy), expected
         self.leave_out = leave_out  # the workspace, when it lies in the target folder
         made = _files(self.copy)
         self.files = made if digest(made) == expected else {}  # the listing the digest is of
-        self._seen: dict[Path, tuple] = {}   # folder -> its files' stat when it last matched
+        self._seen: dict[Path, tuple] = {}  # folder -> its files' stat when it last matched
 
     def changed(self) -> list[str]:
         """The files that differ from the run's start ([]: none); reads contents only when a
@@ -144,8 +153,9 @@ class Seal:
             if files and digest(files) == self.expected:
                 self._seen[folder] = marks
                 continue
-            return [label + f for f in differences(self.files, files)] or \
-                [f"{label}(all of {folder})"]
+            return [label + f for f in differences(self.files, files)] or [
+                f"{label}(all of {folder})"
+            ]
         return []
 
 

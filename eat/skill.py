@@ -30,8 +30,8 @@ from eat.target import Target, load_target
 from eat.workspace import Workspace, source_name, write_atomic
 
 VERSION = 1
-TOP = 8                  # configurations kept, best first
-SOURCE_CAP = 12_000      # the best candidate's source is shown up to this many characters
+TOP = 8  # configurations kept, best first
+SOURCE_CAP = 12_000  # the best candidate's source is shown up to this many characters
 _FRONT = re.compile(r"\A---\n(.*?)\n---\n", re.S)
 _YAML = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
 
@@ -49,14 +49,18 @@ class SkillData(BaseModel):
 
     eat_skill: int = Field(VERSION, description="Format version of this block.")
     target: str = Field(description="Name of the target the run optimized.")
-    knob_space: str = Field(description="Fingerprint of the target's knobs (names, kinds, "
-                            "values, in order): a skill is used only on the same space.")
-    knobs: dict[str, list[Any]] = Field({}, description="The knob space itself, to explain a "
-                                        "mismatch.")
+    knob_space: str = Field(
+        description="Fingerprint of the target's knobs (names, kinds, "
+        "values, in order): a skill is used only on the same space."
+    )
+    knobs: dict[str, list[Any]] = Field(
+        {}, description="The knob space itself, to explain a mismatch."
+    )
     evaluations: int = Field(0, description="Evaluations the run spent.")
     best: Config = Field(description="The run's best candidate.")
-    top: list[Config] = Field(description="The best configurations, best first (the best "
-                              "included).")
+    top: list[Config] = Field(
+        description="The best configurations, best first (the best included)."
+    )
 
 
 class Skill(BaseModel):
@@ -81,6 +85,7 @@ def fingerprint(target: Target) -> str:
 
 
 # -- export ------------------------------------------------------------------------------------
+
 
 def export(workspace: Path, out: Path | None = None) -> Path:
     """Write the run's skill to `out` (default: SKILL.md in the current folder); returns it.
@@ -109,15 +114,19 @@ def _refuse_to_clobber(out: Path) -> None:
     try:
         parse(out.read_text(), str(out))
     except (BadInput, OSError, UnicodeDecodeError):
-        raise BadInput(f"{out}: exists and is not a skill eat exported; it is left as it is "
-                       "(remove it, or write elsewhere with -o FILE)") from None
+        raise BadInput(
+            f"{out}: exists and is not a skill eat exported; it is left as it is "
+            "(remove it, or write elsewhere with -o FILE)"
+        ) from None
 
 
 def top_configs(state: RunState, n: int = TOP) -> list[Config]:
     """The run's best candidates by their estimate, one per configuration (or source)."""
     seen, out = set(), []
-    ranked = sorted((c for c in state.candidates.values() if c.estimate is not None),
-                    key=lambda c: (-c.estimate, c.index))
+    ranked = sorted(
+        (c for c in state.candidates.values() if c.estimate is not None),
+        key=lambda c: (-c.estimate, c.index),
+    )
     for c in ranked:
         key = json.dumps(c.knobs, sort_keys=True) if c.knobs else c.source_hash
         if key not in seen:
@@ -150,8 +159,9 @@ def _key_ideas(best: Candidate, target: Target) -> list[str]:
         value = best.knobs.get(name)
         if value is not None and str(value) != str(knob.values[0]):
             about = " ".join(knob.help.split())
-            lines.append(f"{name}={value} (baseline {knob.values[0]})" +
-                         (f": {about}" if about else ""))
+            lines.append(
+                f"{name}={value} (baseline {knob.values[0]})" + (f": {about}" if about else "")
+            )
     return lines
 
 
@@ -163,58 +173,91 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
     """The SKILL.md of a run: front matter, the markdown, the ```yaml block."""
     best = state.best
     top = top_configs(state)
-    data = SkillData(target=target.name, knob_space=fingerprint(target),
-                     knobs={n: list(k.values) for n, k in target.knobs.items()},
-                     evaluations=state.spent_evals, best=top[0], top=top)
-    description = (f"What eat learned making {target.name} faster: best "
-                   f"{speedup_text(best.estimate)} over its baseline ({best.what[:200]}) after "
-                   f"{state.spent_evals} evaluations. Use when optimizing {target.name} or a "
-                   f"kernel with the same knobs; `eat start {target.name} --skill SKILL.md` "
-                   "starts from its configurations.")
-    front = yaml.safe_dump({"name": f"eat-{_slug(target.name)}"[:64],
-                            "description": description[:1024]}, sort_keys=False, width=100)
+    data = SkillData(
+        target=target.name,
+        knob_space=fingerprint(target),
+        knobs={n: list(k.values) for n, k in target.knobs.items()},
+        evaluations=state.spent_evals,
+        best=top[0],
+        top=top,
+    )
+    description = (
+        f"What eat learned making {target.name} faster: best "
+        f"{speedup_text(best.estimate)} over its baseline ({best.what[:200]}) after "
+        f"{state.spent_evals} evaluations. Use when optimizing {target.name} or a "
+        f"kernel with the same knobs; `eat start {target.name} --skill SKILL.md` "
+        "starts from its configurations."
+    )
+    front = yaml.safe_dump(
+        {"name": f"eat-{_slug(target.name)}"[:64], "description": description[:1024]},
+        sort_keys=False,
+        width=100,
+    )
     lessons, dropped = held(state)
     effects, dead, _ = learning.knob_effects(state, target)
-    lines = [f"---\n{front}---", "", f"# Making {target.name} faster", "",
-             f"Learned by an eat run ({state.spent_evals} evaluations, {len(state.teams)} "
-             f"teams). Speedups are over the target's baseline, timed beside it; candidate ids "
-             "are the run's.", "", "## Lessons that held", ""]
+    lines = [
+        f"---\n{front}---",
+        "",
+        f"# Making {target.name} faster",
+        "",
+        f"Learned by an eat run ({state.spent_evals} evaluations, {len(state.teams)} "
+        f"teams). Speedups are over the target's baseline, timed beside it; candidate ids "
+        "are the run's.",
+        "",
+        "## Lessons that held",
+        "",
+    ]
     if state.older_lessons:
-        lines.append(f"- {state.older_lessons} earlier lessons, consolidated, resting on "
-                     f"{', '.join(state.older_ids)}")
+        lines.append(
+            f"- {state.older_lessons} earlier lessons, consolidated, resting on "
+            f"{', '.join(state.older_ids)}"
+        )
     lines += [f"- {text}" for text, _ in lessons] or ["- none"]
     if dropped:
         lines.append(f"- ({dropped} more did not hold when re-timed or scored)")
     if state.supervisor_notes:
-        lines += ["", "## The supervisor's notes", ""] + [f"- {n}" for n in
-                                                           state.supervisor_notes]
+        lines += ["", "## The supervisor's notes", ""] + [f"- {n}" for n in state.supervisor_notes]
     if target.knobs:
-        lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects]
-                                                       or ["- no data"])
+        lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
         lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
-    lines += ["", "## The best candidate", "",
-              f"{best.cid} (team {best.team}): {speedup_text(best.estimate)} over the baseline"
-              + (f", {best.gflops:.1f} GFLOP/s" if best.gflops else "")
-              + (f" (the vendor library: {best.vendor_gflops:.1f} GFLOP/s)"
-                 if best.vendor_gflops else "") + f"; {best.what[:300]}"]
+    lines += [
+        "",
+        "## The best candidate",
+        "",
+        f"{best.cid} (team {best.team}): {speedup_text(best.estimate)} over the baseline"
+        + (f", {best.gflops:.1f} GFLOP/s" if best.gflops else "")
+        + (f" (the vendor library: {best.vendor_gflops:.1f} GFLOP/s)" if best.vendor_gflops else "")
+        + f"; {best.what[:300]}",
+    ]
     ideas = _key_ideas(best, target)
     if ideas:
-        lines += ["", "Key ideas (its source is the baseline with these knob values):"] + \
-            [f"- {i}" for i in ideas]
+        lines += ["", "Key ideas (its source is the baseline with these knob values):"] + [
+            f"- {i}" for i in ideas
+        ]
     elif source and len(source) <= SOURCE_CAP:  # an agent's own source: the idea is the code
         lines += ["", f"```{target.fence}", source.rstrip(), "```"]
     lines += ["", "## Top configurations", ""]
-    lines += [f"- {c.candidate}: {speedup_text(c.speedup)}"
-              + (f" ({', '.join(f'{k}={v}' for k, v in c.knobs.items())})" if c.knobs else "")
-              for c in top]
-    lines += ["", "## For eat (machine-readable)", "",
-              "```yaml", yaml.safe_dump(data.model_dump(), sort_keys=False, width=100,
-                                        default_flow_style=None).rstrip(),
-              "```", ""]
+    lines += [
+        f"- {c.candidate}: {speedup_text(c.speedup)}"
+        + (f" ({', '.join(f'{k}={v}' for k, v in c.knobs.items())})" if c.knobs else "")
+        for c in top
+    ]
+    lines += [
+        "",
+        "## For eat (machine-readable)",
+        "",
+        "```yaml",
+        yaml.safe_dump(
+            data.model_dump(), sort_keys=False, width=100, default_flow_style=None
+        ).rstrip(),
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 
 # -- reading -----------------------------------------------------------------------------------
+
 
 def parse(text: str, where: str = "skill") -> Skill:
     """A SKILL.md's parts; BadInput saying what is wrong with it."""
@@ -237,12 +280,16 @@ def parse(text: str, where: str = "skill") -> Skill:
                 data = SkillData.model_validate(found)
             except ValidationError as e:
                 err = e.errors()[0]
-                raise BadInput(f"{where}: eat block: {'.'.join(map(str, err['loc']))}: "
-                               f"{err['msg']}") from None
-            return Skill(name=str(meta["name"]), description=str(meta["description"]),
-                         text=text, data=data)
-    raise BadInput(f"{where}: no eat block (a ```yaml block with eat_skill); export one with "
-                   "`eat skill export`")
+                raise BadInput(
+                    f"{where}: eat block: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+                ) from None
+            return Skill(
+                name=str(meta["name"]), description=str(meta["description"]), text=text, data=data
+            )
+    raise BadInput(
+        f"{where}: no eat block (a ```yaml block with eat_skill); export one with "
+        "`eat skill export`"
+    )
 
 
 def load(path: Path, target: Target) -> Skill:
@@ -251,8 +298,10 @@ def load(path: Path, target: Target) -> Skill:
     skill = parse(read_file(path), str(path))
     mismatch = _mismatch(skill.data, target)
     if mismatch:
-        raise BadInput(f"{path}: learned on {skill.data.target}, whose knobs differ from "
-                       f"{target.name}'s: {mismatch}")
+        raise BadInput(
+            f"{path}: learned on {skill.data.target}, whose knobs differ from "
+            f"{target.name}'s: {mismatch}"
+        )
     return skill
 
 
@@ -282,6 +331,12 @@ def evaluations_to_reach(events: list, speedup: float) -> int | None:
 
 def record(skill: Skill, given: Path) -> dict[str, Any]:
     """What run_started records of the skill a run was given."""
-    return {"name": skill.name, "file": str(given), "target": skill.data.target,
-            "knob_space": skill.data.knob_space, "best": skill.data.best.candidate,
-            "best_speedup": skill.data.best.speedup, "configurations": len(skill.data.top)}
+    return {
+        "name": skill.name,
+        "file": str(given),
+        "target": skill.data.target,
+        "knob_space": skill.data.knob_space,
+        "best": skill.data.best.candidate,
+        "best_speedup": skill.data.best.speedup,
+        "configurations": len(skill.data.top),
+    }

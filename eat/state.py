@@ -9,14 +9,29 @@ from __future__ import annotations
 import copy
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from eat.config import PlateauConfig
-from eat.events import (AttemptFailed, CandidateChecked, CandidateEvaluated, EliteRetimed, Event,
-                        HumanSteered, LLMCalled, PlanUpdated, PlateauDetected, RestructureScored,
-                        Restructured, RunStarted, SupervisorAdvised, TeamExhausted, TeamSpawned)
+from eat.events import (
+    AttemptFailed,
+    CandidateChecked,
+    CandidateEvaluated,
+    EliteRetimed,
+    Event,
+    HumanSteered,
+    LLMCalled,
+    PlanUpdated,
+    PlateauDetected,
+    Restructured,
+    RestructureScored,
+    RunStarted,
+    SupervisorAdvised,
+    TeamExhausted,
+    TeamSpawned,
+)
 from eat.knobspace import KnobIndex
 
 LOCAL = frozenset({"coordinate", "refiner"})
@@ -36,8 +51,10 @@ class Said:
     def __iter__(self):
         return iter(self._events)
 
-    def __deepcopy__(self, memo) -> "Said":
+    def __deepcopy__(self, memo) -> Said:
         return self
+
+
 PLATEAU_KINDS = ("stalled", "failing", "exhausted", "converged", "repeating")
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 LESSONS_KEPT, LESSONS_BATCH = 40, 16
@@ -48,7 +65,7 @@ class Candidate:
     cid: str
     team: str
     seq: int
-    index: int                 # 1-based position among the run's evaluations
+    index: int  # 1-based position among the run's evaluations
     status: str
     knobs: dict[str, Any]
     source_hash: str
@@ -89,15 +106,15 @@ class Team:
     evals: int = 0
     best: Candidate | None = None
     since_improvement: int = 0
-    failures: int = 0          # consecutive non-ok candidates
+    failures: int = 0  # consecutive non-ok candidates
     redirects: int = 0
-    exhausted: bool = False    # its agent had nothing left to try (a team_exhausted event)
-    offset: float = 0.0        # turns credited at spawn, so a new team does not catch up
-    failed_attempts: int = 0   # turns that produced no candidate (malformed reply, outage)
-    repeats: int = 0           # duplicate attempts since its last evaluation
+    exhausted: bool = False  # its agent had nothing left to try (a team_exhausted event)
+    offset: float = 0.0  # turns credited at spawn, so a new team does not catch up
+    failed_attempts: int = 0  # turns that produced no candidate (malformed reply, outage)
+    repeats: int = 0  # duplicate attempts since its last evaluation
     repeated: list[str] = field(default_factory=list)  # the candidates they repeated, latest last
-    usage: "Usage" = field(default_factory=lambda: Usage())
-    plan: list[dict] = field(default_factory=list)   # {idea, expected_gain, tried: cid|None}
+    usage: Usage = field(default_factory=lambda: Usage())
+    plan: list[dict] = field(default_factory=list)  # {idea, expected_gain, tried: cid|None}
 
     @property
     def local(self) -> bool:
@@ -180,19 +197,19 @@ class RunState:
         self.target = ""
         self.teams: dict[str, Team] = {}
         self.candidates: dict[str, Candidate] = {}
-        self.hashes: dict[str, str] = {}   # source hash -> the candidate that had it
-        self.knob_index = KnobIndex()      # the candidates' knobs and estimates, for regions
-        self.evaluations = 0               # candidates evaluated
-        self.retimes = 0                   # re-times of an elite (they spend evaluations too)
-        self.failed_attempts = 0           # turns without a candidate, outages aside
-        self.checks = 0                    # `eat check` answers (build and verify)
+        self.hashes: dict[str, str] = {}  # source hash -> the candidate that had it
+        self.knob_index = KnobIndex()  # the candidates' knobs and estimates, for regions
+        self.evaluations = 0  # candidates evaluated
+        self.retimes = 0  # re-times of an elite (they spend evaluations too)
+        self.failed_attempts = 0  # turns without a candidate, outages aside
+        self.checks = 0  # `eat check` answers (build and verify)
         self.attempts_since_eval = 0
         self.repeated_since_eval: dict[str, int] = {}  # candidate -> duplicates of it since
         self.leaders: list[Candidate] = []
         self.since_improvement = 0
         self.recent: deque[Candidate] = deque(maxlen=64)
         self.retimed: set[str] = set()
-        self.opened: set[str] = set()   # candidates whose region was declared worth a climb
+        self.opened: set[str] = set()  # candidates whose region was declared worth a climb
         self.pending: list[Pending] = []
         # Lessons, oldest first. Past LESSONS_KEPT the oldest LESSONS_BATCH are counted, with
         # a few of their ids, in one go (so the list changes at its head rarely).
@@ -284,10 +301,18 @@ class RunState:
 
     def _spawned(self, e: TeamSpawned) -> None:
         offset = min((t.turns for t in self.active_teams()), default=0.0)
-        self.teams[e.team] = Team(id=e.team, preset=e.preset, strategy=e.strategy,
-                                  directive=e.directive, share=e.share,
-                                  start_from=e.start_from, avoid=list(e.avoid), seed=e.seed,
-                                  offset=offset, roles=list(e.roles))
+        self.teams[e.team] = Team(
+            id=e.team,
+            preset=e.preset,
+            strategy=e.strategy,
+            directive=e.directive,
+            share=e.share,
+            start_from=e.start_from,
+            avoid=list(e.avoid),
+            seed=e.seed,
+            offset=offset,
+            roles=list(e.roles),
+        )
 
     def _plateau(self, e: PlateauDetected) -> None:
         self.plateaus += 1
@@ -327,8 +352,11 @@ class RunState:
         if arm := self.restructure_arms.get(e.restructure):
             n, wins = self.arm_stats.get(arm, (0, 0))
             self.arm_stats[arm] = (n + 1, wins + e.helped)
-        self._lesson(Lesson([e.by] if e.by else [], scored=e,
-                            what=self.restructure_ops.get(e.restructure, "")))
+        self._lesson(
+            Lesson(
+                [e.by] if e.by else [], scored=e, what=self.restructure_ops.get(e.restructure, "")
+            )
+        )
 
     def _attempt_failed(self, e: AttemptFailed) -> None:
         # An outage is the provider's failure, not the team's: it must not make a team look
@@ -352,11 +380,22 @@ class RunState:
         self.evaluations += 1
         self.attempts_since_eval = 0
         self.repeated_since_eval = {}
-        c = Candidate(cid=e.candidate, team=e.team, seq=e.seq, index=self.evaluations,
-                      status=e.status, knobs=e.knobs, source_hash=e.source_hash,
-                      speedup=e.speedup, noise=e.noise, gflops=e.gflops,
-                      vendor_gflops=e.vendor_gflops, idea=e.idea, message=e.message,
-                      measurements=[e.speedup] if e.speedup is not None else [])
+        c = Candidate(
+            cid=e.candidate,
+            team=e.team,
+            seq=e.seq,
+            index=self.evaluations,
+            status=e.status,
+            knobs=e.knobs,
+            source_hash=e.source_hash,
+            speedup=e.speedup,
+            noise=e.noise,
+            gflops=e.gflops,
+            vendor_gflops=e.vendor_gflops,
+            idea=e.idea,
+            message=e.message,
+            measurements=[e.speedup] if e.speedup is not None else [],
+        )
         self.candidates[c.cid] = c
         self.knob_index.add(c.cid, c.knobs, c.estimate)
         self.hashes.setdefault(c.source_hash, c.cid)
@@ -375,17 +414,29 @@ class RunState:
         if c.estimate is not None:
             self._rank(c)
             if self.best is c:
-                self._lesson(Lesson([c.cid] + ([previous.cid] if previous else []), new=c,
-                                    old=previous, new_x=c.estimate,
-                                    old_x=previous.estimate if previous else None))
+                self._lesson(
+                    Lesson(
+                        [c.cid] + ([previous.cid] if previous else []),
+                        new=c,
+                        old=previous,
+                        new_x=c.estimate,
+                        old_x=previous.estimate if previous else None,
+                    )
+                )
         for knob, value in c.knobs.items():
             stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
             stat[0] += 1
             if c.estimate is not None and (stat[1] is None or c.estimate > stat[1]):
                 stat[1], stat[2] = c.estimate, c.cid
 
-    def _team_evaluated(self, team: Team, c: Candidate, last: Candidate | None,
-                        threshold: float, plan_item: int | None) -> None:
+    def _team_evaluated(
+        self,
+        team: Team,
+        c: Candidate,
+        last: Candidate | None,
+        threshold: float,
+        plan_item: int | None,
+    ) -> None:
         """A candidate of `team` evaluated (`last`: the run's candidate before it)."""
         if team.local and last is not None and last.team == team.id and team.best is last:
             # The team played on because its last candidate improved its best (see
@@ -404,8 +455,9 @@ class RunState:
             self._clear("team", team.id, "stalled", "converged")
         else:
             team.since_improvement += 1
-        if c.estimate is not None and (team.best_estimate is None
-                                       or c.estimate > team.best_estimate):
+        if c.estimate is not None and (
+            team.best_estimate is None or c.estimate > team.best_estimate
+        ):
             team.best = c
 
     def _clear(self, scope: str, team: str | None, *kinds: str) -> None:
@@ -506,19 +558,34 @@ class RunState:
         if e.params.get("arm"):
             self.restructure_arms[e.seq] = e.params["arm"]
         if judged:
-            self.pending.append(Pending(seq=e.seq, op=e.op, teams=judged,
-                                        best_before=e.best_before,
-                                        at={t: self.teams[t].evals for t in judged},
-                                        arm=e.params.get("arm")))
+            self.pending.append(
+                Pending(
+                    seq=e.seq,
+                    op=e.op,
+                    teams=judged,
+                    best_before=e.best_before,
+                    at={t: self.teams[t].evals for t in judged},
+                    arm=e.params.get("arm"),
+                )
+            )
 
 
 # The fold of each kind of event that changes the state (RunState.apply).
-RunState._FOLDS.update({
-    RunStarted: RunState._started, TeamSpawned: RunState._spawned,
-    CandidateEvaluated: RunState._evaluated, EliteRetimed: RunState._retimed,
-    PlateauDetected: RunState._plateau, Restructured: RunState._restructured,
-    LLMCalled: RunState._called, SupervisorAdvised: RunState._advised,
-    PlanUpdated: RunState._planned, AttemptFailed: RunState._attempt_failed,
-    CandidateChecked: RunState._checked, TeamExhausted: RunState._exhausted,
-    HumanSteered: RunState._steered, RestructureScored: RunState._scored,
-})
+RunState._FOLDS.update(
+    {
+        RunStarted: RunState._started,
+        TeamSpawned: RunState._spawned,
+        CandidateEvaluated: RunState._evaluated,
+        EliteRetimed: RunState._retimed,
+        PlateauDetected: RunState._plateau,
+        Restructured: RunState._restructured,
+        LLMCalled: RunState._called,
+        SupervisorAdvised: RunState._advised,
+        PlanUpdated: RunState._planned,
+        AttemptFailed: RunState._attempt_failed,
+        CandidateChecked: RunState._checked,
+        TeamExhausted: RunState._exhausted,
+        HumanSteered: RunState._steered,
+        RestructureScored: RunState._scored,
+    }
+)

@@ -17,8 +17,10 @@ def run_status(workspace: Path) -> dict:
     events = log.events
     state = RunState.from_events(events, config.windows())
     best = state.best
-    last = next((e for e in reversed(events) if e.type in ("run_stopped", "run_resumed",
-                                                           "run_started")), None)
+    last = next(
+        (e for e in reversed(events) if e.type in ("run_stopped", "run_resumed", "run_started")),
+        None,
+    )
     stopped = last if last and last.type == "run_stopped" else None
     started = events[0] if events and events[0].type == "run_started" else None
     return {
@@ -39,15 +41,27 @@ def run_status(workspace: Path) -> dict:
         "best_candidate": best.cid if best else None,
         "best_gflops": best.gflops if best else None,
         "vendor_gflops": best.vendor_gflops if best else None,
-        "teams": [{"id": t.id, "preset": t.preset, "strategy": t.strategy, "state": t.state,
-                   "evaluations": t.evals, "best_speedup": t.best_estimate, "share": t.share,
-                   "tokens": t.usage.prompt + t.usage.completion,
-                   "cost_usd": round(t.usage.cost_usd, 6)}
-                  for t in state.teams.values()],
+        "teams": [
+            {
+                "id": t.id,
+                "preset": t.preset,
+                "strategy": t.strategy,
+                "state": t.state,
+                "evaluations": t.evals,
+                "best_speedup": t.best_estimate,
+                "share": t.share,
+                "tokens": t.usage.prompt + t.usage.completion,
+                "cost_usd": round(t.usage.cost_usd, 6),
+            }
+            for t in state.teams.values()
+        ],
         "plateaus": state.plateaus,
         "restructures": state.restructures,
-        "tokens": {"prompt": state.usage.prompt, "completion": state.usage.completion,
-                   "cached": state.usage.cached},
+        "tokens": {
+            "prompt": state.usage.prompt,
+            "completion": state.usage.completion,
+            "cached": state.usage.cached,
+        },
         "cost_usd": round(state.usage.cost_usd, 6),
         "llm_calls": state.usage.calls,
         "max_llm_calls": config.llm_call_cap(),

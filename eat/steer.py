@@ -16,8 +16,8 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -123,9 +123,11 @@ class Steering:
         """On the observer's thread: note a file people may edit, and wake the loop once."""
         if path.name.startswith("."):
             return  # eat's own temporary files
-        relevant = (path == self.paths.learning or path.parent == self.paths.inbox or
-                    (path.parent.parent == self.paths.teams and
-                     path.name in ("NOTES.md", "team.yaml")))
+        relevant = (
+            path == self.paths.learning
+            or path.parent == self.paths.inbox
+            or (path.parent.parent == self.paths.teams and path.name in ("NOTES.md", "team.yaml"))
+        )
         if not relevant or ours(path):
             return  # eat's own rewrite: nothing a person said
         with self._lock:
@@ -143,8 +145,11 @@ class Steering:
         self._watch_teams()
         p = self.paths
         if everything:
-            changed |= {p.learning} | set(p.inbox.glob("[!.]*")) | {
-                f for t in ctx.state.teams for f in (p.team_notes(t), p.team_spec(t))}
+            changed |= (
+                {p.learning}
+                | set(p.inbox.glob("[!.]*"))
+                | {f for t in ctx.state.teams for f in (p.team_notes(t), p.team_spec(t))}
+            )
         events = []
         for path in sorted(changed):
             try:
@@ -166,8 +171,14 @@ class Steering:
             if not path.is_file() or path.name in state.steer_refs:
                 return []
             msg = json.loads(path.read_text())
-            return [HumanSteered(source="steer", team=msg.get("team"),
-                                 text=str(msg["text"])[:MAX_TEXT], ref=path.name)]
+            return [
+                HumanSteered(
+                    source="steer",
+                    team=msg.get("team"),
+                    text=str(msg["text"])[:MAX_TEXT],
+                    ref=path.name,
+                )
+            ]
         text = read_settled(path)
         if text is None:
             return []
@@ -176,8 +187,14 @@ class Steering:
             new = directive_of(text)
             if team is None or new is None or new == " ".join(team.directive.split()):
                 return []
-            return [HumanSteered(source="directive", team=team.id, text=new[:MAX_TEXT],
-                                 removed=team.directive[:MAX_TEXT])]
+            return [
+                HumanSteered(
+                    source="directive",
+                    team=team.id,
+                    text=new[:MAX_TEXT],
+                    removed=team.directive[:MAX_TEXT],
+                )
+            ]
         key = str(path.relative_to(p.root))
         mine, before = outside(text), self.seen.get(key)
         self.seen[key] = mine
@@ -187,17 +204,29 @@ class Steering:
         if not added and not removed:
             return []
         team = path.parent.name if path.name == "NOTES.md" else None
-        return [HumanSteered(source="notes" if team else "learning", team=team,
-                             text=added or "(lines removed)", removed=removed)]
+        return [
+            HumanSteered(
+                source="notes" if team else "learning",
+                team=team,
+                text=added or "(lines removed)",
+                removed=removed,
+            )
+        ]
 
 
 def prompt_lines(state, team: str | None) -> list[str]:
     """People's latest steering as the prompts show it: a team's agents see what concerns
     them, the supervisor (team None) sees all of it."""
-    where = {"learning": "in LEARNING.md", "notes": "in the team's NOTES.md",
-             "directive": "as the team's new directive", "steer": "with `eat steer`"}
-    return [f"to {'team ' + e.team if e.team else 'every team'}, {where[e.source]}: {e.text}"
-            for e in state.steering_for(team)]
+    where = {
+        "learning": "in LEARNING.md",
+        "notes": "in the team's NOTES.md",
+        "directive": "as the team's new directive",
+        "steer": "with `eat steer`",
+    }
+    return [
+        f"to {'team ' + e.team if e.team else 'every team'}, {where[e.source]}: {e.text}"
+        for e in state.steering_for(team)
+    ]
 
 
 def send(workspace: Path, text: str, team: str | None = None) -> tuple[Path, bool]:

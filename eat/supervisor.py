@@ -2,9 +2,10 @@
 
     observe -> (stop?) -> detect plateau -> [diagnose -> restructure] -> dispatch
 
-Each node (a method of `Supervisor`) reads and writes the RunContext (the workspace files are the truth); the graph
-state holds only the step's small decisions, so a step cut short by a crash re-runs from the
-node that did not finish. Restructure operations carry a key, so a re-run never applies twice.
+Each node (a method of `Supervisor`) reads and writes the RunContext (the workspace files are
+the truth); the graph state holds only the step's small decisions, so a step cut short by a
+crash re-runs from the node that did not finish. Restructure operations carry a key, so a
+re-run never applies twice.
 """
 
 from __future__ import annotations
@@ -17,36 +18,36 @@ from typing import TypedDict
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
+from eat.advisor import to_operations
 from eat.budget import Stop, why_stop
 from eat.context import RunContext
 from eat.events import AttemptFailed, EliteRetimed, SupervisorAdvised
+from eat.executors.local import Cancelled, LocalExecutor, default_workers
 from eat.llm import BudgetSpent, LLMError
+from eat.notes import commit_step, write_notes
 from eat.plateau import Plateau, detect_plateaus, elite_to_retime
-from eat.advisor import to_operations
-from eat.restructure import (Diagnosis, Limits, Operation, decide, diagnose, operation_events,
-                             score)
+from eat.restructure import Diagnosis, Limits, Operation, decide, diagnose, operation_events, score
 from eat.seal import TargetChangedError
 from eat.state import Candidate
-from eat.executors.local import Cancelled, LocalExecutor, default_workers
-from eat.notes import commit_step, write_notes
 from eat.team import pick_team
 from eat.turn import Turn
 from eat.workspace import source_name
 
-
 PRUNE_EVERY = 50  # steps between clearing the checkpoint history
 # Non-retryable LLM errors that no later call will escape: stop the run and say why.
-_FATAL = re.compile(r"AuthenticationError|PermissionDenied|NotFoundError|PaymentRequired|"
-                    r"LiteLLMUnknownProvider")
+_FATAL = re.compile(
+    r"AuthenticationError|PermissionDenied|NotFoundError|PaymentRequired|"
+    r"LiteLLMUnknownProvider"
+)
 
 
 class Step(TypedDict, total=False):
     step: int
     at_seq: int
-    stop: dict | None                # a Stop's fields: the step ended the run
+    stop: dict | None  # a Stop's fields: the step ended the run
     plateaus: list[dict]
     diagnoses: list[dict]
-    advised: list[dict] | None       # the LLM supervisor's operations, when it gave valid ones
+    advised: list[dict] | None  # the LLM supervisor's operations, when it gave valid ones
     dispatched: str | None
 
 
@@ -66,8 +67,12 @@ def limits(ctx: RunContext) -> Limits:
             return bool(ctx.target.knobs) and offline
         return bool(ctx.target.knobs) or not offline
 
-    return Limits(ctx.config.max_teams, ctx.config.spawn_cap(),
-                  frozenset(n for n, p in ctx.presets.items() if usable(p)), llm=not offline)
+    return Limits(
+        ctx.config.max_teams,
+        ctx.config.spawn_cap(),
+        frozenset(n for n, p in ctx.presets.items() if usable(p)),
+        llm=not offline,
+    )
 
 
 def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed | None:
@@ -113,8 +118,11 @@ def handle_turn_error(ctx: RunContext, team_id: str, error: BaseException) -> No
     if not error.retryable and _FATAL.search(str(error)):
         ctx.halt = Stop("llm_unusable", str(error))  # a key or model problem
         return
-    ctx.record(AttemptFailed(team=team_id, kind="outage" if error.retryable else "llm_error",
-                             reason=str(error)))
+    ctx.record(
+        AttemptFailed(
+            team=team_id, kind="outage" if error.retryable else "llm_error", reason=str(error)
+        )
+    )
     if error.retryable:
         ctx.pause()  # an outage pauses the teams; the run goes on afterwards
 
@@ -135,8 +143,9 @@ def finish_turns(ctx: RunContext, pool: LocalExecutor) -> None:
         stop_agent(ctx, team_id, "the run stopped")
     for team_id, _, error in pool.drain():
         ctx.turns[team_id].release()
-        if error is not None and not isinstance(error, (BudgetSpent, LLMError, Cancelled,
-                                                        TargetChangedError)):
+        if error is not None and not isinstance(
+            error, (BudgetSpent, LLMError, Cancelled, TargetChangedError)
+        ):
             raise error
 
 
@@ -170,9 +179,14 @@ class Supervisor:
         for v in verdicts:
             ctx.record(v)
         if verdicts:
-            commit_step(ctx, "; ".join(f"restructure #{v.restructure} "
-                                       f"{'helped' if v.helped else 'did not help'}"
-                                       for v in verdicts), [])
+            commit_step(
+                ctx,
+                "; ".join(
+                    f"restructure #{v.restructure} {'helped' if v.helped else 'did not help'}"
+                    for v in verdicts
+                ),
+                [],
+            )
         stop = should_stop(ctx)
         return {"stop": asdict(stop) if stop else None, "at_seq": ctx.state.seq}
 
@@ -203,10 +217,14 @@ class Supervisor:
                 decision = ctx.advisor.decide(plateaus, ctx.state)
             except (LLMError, BudgetSpent):
                 decision = None  # no model now: the rules decide this time
-            ctx.record(SupervisorAdvised(model=ctx.advisor.client.settings.model,
-                                         accepted=decision is not None,
-                                         diagnosis=decision.diagnosis if decision else "",
-                                         lessons=decision.lessons if decision else []))
+            ctx.record(
+                SupervisorAdvised(
+                    model=ctx.advisor.client.settings.model,
+                    accepted=decision is not None,
+                    diagnosis=decision.diagnosis if decision else "",
+                    lessons=decision.lessons if decision else [],
+                )
+            )
             if decision is not None:
                 out["advised"] = [asdict(op) for op in to_operations(decision, ctx.state)]
         return out
@@ -218,16 +236,18 @@ class Supervisor:
         if s.get("advised") is not None:
             ops = [Operation(**op) for op in s["advised"]]
         else:
-            found = [Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])}))
-                     for d in s["diagnoses"]]
+            found = [
+                Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])})) for d in s["diagnoses"]
+            ]
             ops = decide(found, ctx.state, limits(ctx))
         messages, teams = [], []
         for i, op in enumerate(ops):
             key = f"{s['at_seq']}:{i}"
             if key in ctx.state.applied_keys:
                 continue  # applied before a crash cut this step short
-            events = operation_events(op, ctx.state, key, ctx.config.seed + ctx.state.seq,
-                                      ctx.presets)
+            events = operation_events(
+                op, ctx.state, key, ctx.config.seed + ctx.state.seq, ctx.presets
+            )
             for event in events:
                 ctx.record(event)
                 if getattr(event, "op", None) == "retire":
@@ -288,8 +308,18 @@ def run(ctx: RunContext) -> Stop:
                 return Stop(**out["stop"])
         while True:
             n += 1
-            out = graph.invoke({"step": n, "stop": None, "plateaus": [], "diagnoses": [],
-                                "advised": None, "dispatched": None}, cfg, durability="sync")
+            out = graph.invoke(
+                {
+                    "step": n,
+                    "stop": None,
+                    "plateaus": [],
+                    "diagnoses": [],
+                    "advised": None,
+                    "dispatched": None,
+                },
+                cfg,
+                durability="sync",
+            )
             if out.get("stop"):
                 finish_turns(ctx, pool)
                 return Stop(**out["stop"])

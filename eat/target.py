@@ -42,11 +42,15 @@ class Entry(_Strict):
 
     name: str = Field(description="Symbol the harness looks up in the candidate.")
     signature: str | None = Field(
-        None, description="Native languages: its C prototype; `const T *` is an input, `T *` an "
-        "output. Python languages: not used (the reference's inputs() gives the arguments).")
+        None,
+        description="Native languages: its C prototype; `const T *` is an input, `T *` an "
+        "output. Python languages: not used (the reference's inputs() gives the arguments).",
+    )
     kind: Literal["function", "module"] = Field(
-        "function", description="Python languages: 'module' means an nn.Module class built from "
-        "the reference's init_inputs() under a fixed seed, then called (KernelBench's ModelNew).")
+        "function",
+        description="Python languages: 'module' means an nn.Module class built from "
+        "the reference's init_inputs() under a fixed seed, then called (KernelBench's ModelNew).",
+    )
 
 
 class PyFunction(_Strict):
@@ -71,12 +75,16 @@ class Reference(PyFunction):
     """
 
     inputs: str | None = Field(
-        None, description="Function in the same file. Native languages (optional): "
+        None,
+        description="Function in the same file. Native languages (optional): "
         "inputs(rng, **params) -> dict of arrays, by default every input uniform in [-1, 1). "
-        "Python languages (required): inputs(seed, **params) -> list of call arguments.")
+        "Python languages (required): inputs(seed, **params) -> list of call arguments.",
+    )
     init_inputs: str | None = Field(
-        None, description="Python `kind = \"module\"` entries: init_inputs(**params) -> list of "
-        "constructor arguments.")
+        None,
+        description='Python `kind = "module"` entries: init_inputs(**params) -> list of '
+        "constructor arguments.",
+    )
 
 
 class Baseline(_Strict):
@@ -101,8 +109,10 @@ class Knob(_Strict):
 
     values: list[str | int | float] = Field(min_length=1, description="Allowed values.")
     kind: Literal["define", "cflags"] = Field(
-        "define", description="'define' becomes `#define NAME value` (Python targets: "
-        "`NAME = value`, the value as Python source); 'cflags' sets compiler flags.")
+        "define",
+        description="'define' becomes `#define NAME value` (Python targets: "
+        "`NAME = value`, the value as Python source); 'cflags' sets compiler flags.",
+    )
     help: str = Field("", description="What the knob changes, for people and prompts.")
 
 
@@ -110,12 +120,16 @@ class Build(_Strict):
     """How sources are compiled."""
 
     compiler: str | None = Field(
-        None, description="Compiler; by default cc (cpu), nvcc (cuda) or hipcc (rocm). A "
-        "relative path with a '/' (a wrapper shipped with the target) is the target folder's.")
+        None,
+        description="Compiler; by default cc (cpu), nvcc (cuda) or hipcc (rocm). A "
+        "relative path with a '/' (a wrapper shipped with the target) is the target folder's.",
+    )
     cflags: str = Field("-O2", description="Flags when the candidate names none.")
     arch: str | None = Field(
-        None, description="GPU architecture for nvcc/hipcc (sm_90a, gfx942); by default the "
-        "installed GPU's.")
+        None,
+        description="GPU architecture for nvcc/hipcc (sm_90a, gfx942); by default the "
+        "installed GPU's.",
+    )
 
     def compiler_for(self, runner: str) -> str:
         return self.compiler or {"cuda": "nvcc", "rocm": "hipcc"}.get(runner, "cc")
@@ -126,41 +140,70 @@ class EvalConfig(_Strict):
 
     seeds: int = Field(3, ge=1, description="Random input sets per workload (verify and timing).")
     warmup: int = Field(2, ge=0, description="Untimed calls per implementation and workload.")
-    min_repeats: int = Field(30, ge=3, description="Timed calls of the candidate at least (a "
-                             "baseline or vendor stops after 10 once its median's relative "
-                             "standard error is below target_rse).")
+    min_repeats: int = Field(
+        30,
+        ge=3,
+        description="Timed calls of the candidate at least (a "
+        "baseline or vendor stops after 10 once its median's relative "
+        "standard error is below target_rse).",
+    )
     max_repeats: int = Field(100, ge=3, description="Timed calls at most.")
-    target_rse: float = Field(0.01, gt=0, description="Stop timing a workload once the relative "
-                              "standard error of every implementation's median is below this "
-                              "(and min_repeats are in).")
-    budget_s: float = Field(0.25, gt=0, description="Stop timing a workload after this much "
-                            "time once min_repeats are in (a noisy machine never reaches "
-                            "target_rse).")
-    race_rounds: int = Field(10, ge=0, description="After this many rounds, a workload on "
-                             "which the candidate is over twice as slow as the best candidate "
-                             "the runner has timed is timed no further: it has lost, and the "
-                             "min_repeats rounds are for candidates that compete. 0: never.")
-    pool_mb: int = Field(512, ge=1, description="Disk and memory for one workload's timed input "
-                         "sets: every timed call gets inputs the candidate has not seen, up to "
-                         "as many sets as fit here; beyond, calls cycle through them.")
-    timed: bool = Field(True, description="False: build and verify only (`eat check`); the "
-                        "evaluation is ok without a speedup.")
-    flush_cache: bool = Field(False, description="Write a buffer larger than the last-level "
-                              "cache before every timed call.")
+    target_rse: float = Field(
+        0.01,
+        gt=0,
+        description="Stop timing a workload once the relative "
+        "standard error of every implementation's median is below this "
+        "(and min_repeats are in).",
+    )
+    budget_s: float = Field(
+        0.25,
+        gt=0,
+        description="Stop timing a workload after this much "
+        "time once min_repeats are in (a noisy machine never reaches "
+        "target_rse).",
+    )
+    race_rounds: int = Field(
+        10,
+        ge=0,
+        description="After this many rounds, a workload on "
+        "which the candidate is over twice as slow as the best candidate "
+        "the runner has timed is timed no further: it has lost, and the "
+        "min_repeats rounds are for candidates that compete. 0: never.",
+    )
+    pool_mb: int = Field(
+        512,
+        ge=1,
+        description="Disk and memory for one workload's timed input "
+        "sets: every timed call gets inputs the candidate has not seen, up to "
+        "as many sets as fit here; beyond, calls cycle through them.",
+    )
+    timed: bool = Field(
+        True,
+        description="False: build and verify only (`eat check`); the "
+        "evaluation is ok without a speedup.",
+    )
+    flush_cache: bool = Field(
+        False,
+        description="Write a buffer larger than the last-level cache before every timed call.",
+    )
     timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit per contained process.")
     cpu_s: int = Field(120, ge=1, description="CPU-time limit per contained process.")
     memory_mb: int = Field(8192, ge=256, description="Address-space limit per process.")
     compile_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for compiling.")
     allow_processes: bool = Field(
-        False, description="Python candidates may start processes: torch.compile and "
+        False,
+        description="Python candidates may start processes: torch.compile and "
         "torch.utils.cpp_extension build with them (Triton targets always may). Otherwise a "
         "seccomp filter forbids it; allowed, a fork bomb is held only by RLIMIT_NPROC, which "
-        "root ignores: run eat in a container then.")
+        "root ignores: run eat in a container then.",
+    )
     confine_writes: bool = Field(
-        True, description="Candidates (and processes they start) may change files only in "
+        True,
+        description="Candidates (and processes they start) may change files only in "
         "their evaluation's own folder, which is their HOME and TMPDIR, and open no TCP "
         "connection: Linux's Landlock, where the kernel has it. False lets them write wherever "
-        "the user running eat can, for a runtime that needs to write elsewhere.")
+        "the user running eat can, for a runtime that needs to write elsewhere.",
+    )
 
     @model_validator(mode="after")
     def _repeats_ordered(self) -> EvalConfig:
@@ -184,9 +227,11 @@ class Arg(BaseModel):
         return "input" if self.const else "output"
 
 
-_PARAM = re.compile(r"^(const\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*"
-                    r"(\*\s*(?:restrict\s+|__restrict__\s+)?)?"
-                    r"([A-Za-z_][A-Za-z0-9_]*)$")
+_PARAM = re.compile(
+    r"^(const\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*"
+    r"(\*\s*(?:restrict\s+|__restrict__\s+)?)?"
+    r"([A-Za-z_][A-Za-z0-9_]*)$"
+)
 
 
 def parse_signature(signature: str, entry: str) -> list[Arg]:
@@ -201,14 +246,27 @@ def parse_signature(signature: str, entry: str) -> list[Arg]:
         pm = _PARAM.match(" ".join(raw.split()))
         if not pm or pm.group(2) not in C_TYPES:
             raise ValueError(f"cannot read parameter {raw!r} (types: {', '.join(C_TYPES)})")
-        args.append(Arg(name=pm.group(4), ctype=pm.group(2), pointer=bool(pm.group(3)),
-                        const=bool(pm.group(1))))
+        args.append(
+            Arg(
+                name=pm.group(4),
+                ctype=pm.group(2),
+                pointer=bool(pm.group(3)),
+                const=bool(pm.group(1)),
+            )
+        )
     return args
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-        ast.Pow: operator.pow, ast.USub: operator.neg}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+}
 
 
 def eval_expr(expr: str | int, params: dict[str, int | float]) -> float:
@@ -249,10 +307,13 @@ class Target(_Strict):
     baseline: Baseline
     vendor: Vendor | None = None
     shapes: dict[str, list[str | int]] = Field(
-        {}, description="Native languages: shape of every pointer argument, as formulas over "
-        "workload parameters.")
+        {},
+        description="Native languages: shape of every pointer argument, as formulas over "
+        "workload parameters.",
+    )
     workloads: list[dict[str, int | float]] = Field(
-        min_length=1, description="Parameter sets; every one is verified and timed.")
+        min_length=1, description="Parameter sets; every one is verified and timed."
+    )
     tolerance: Tolerance
     flops: str | None = Field(None, description="Floating-point operations per call (formula).")
     bytes: str | None = Field(None, description="Bytes moved per call (formula), for GB/s.")
@@ -260,9 +321,13 @@ class Target(_Strict):
     knobs: dict[str, Knob] = {}
     evaluation: EvalConfig = EvalConfig()
     root: Path = Field(Path("."), exclude=True)
-    unreadable: list[str] = Field([], exclude=True, description="Folders no candidate may "
-                                  "read: a run's sealed folder and the target's private/ "
-                                  "(set by the run, not by target.toml).")
+    unreadable: list[str] = Field(
+        [],
+        exclude=True,
+        description="Folders no candidate may "
+        "read: a run's sealed folder and the target's private/ "
+        "(set by the run, not by target.toml).",
+    )
 
     @property
     def native(self) -> bool:
@@ -300,13 +365,17 @@ class Target(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Target:
         if self.language not in LANGUAGES[self.runner]:
-            raise ValueError(f"language: {self.language!r} is not a language of the "
-                             f"{self.runner} runner (one of: {', '.join(LANGUAGES[self.runner])})")
+            raise ValueError(
+                f"language: {self.language!r} is not a language of the "
+                f"{self.runner} runner (one of: {', '.join(LANGUAGES[self.runner])})"
+            )
         if self.native:
             self._native_consistent()
         elif not self.reference.inputs:
-            raise ValueError("reference.inputs: required for Python targets "
-                             "(inputs(seed, **params) -> list of call arguments)")
+            raise ValueError(
+                "reference.inputs: required for Python targets "
+                "(inputs(seed, **params) -> list of call arguments)"
+            )
         elif self.entry.kind == "module" and not self.reference.init_inputs:
             raise ValueError("reference.init_inputs: required when entry.kind is 'module'")
         elif any(k.kind == "cflags" for k in self.knobs.values()):
@@ -344,6 +413,7 @@ class Target(_Strict):
         if not any(a.role == "output" for a in args):
             raise ValueError("entry.signature: no output (a non-const pointer) to check")
 
+
 def load_target(path: str | Path) -> Target:
     """Load and validate a target folder (or its target.toml); raises TargetError."""
     path = Path(path)
@@ -366,9 +436,10 @@ def load_target(path: str | Path) -> Target:
         if loc is None and ": " in msg:
             loc, msg = msg.split(": ", 1)
         raise TargetError(file, loc, msg) from None
-    for field, rel in [("reference.file", target.reference.file),
-                       ("baseline.file", target.baseline.file)] + (
-                          [("vendor.file", target.vendor.file)] if target.vendor else []):
+    for field, rel in [
+        ("reference.file", target.reference.file),
+        ("baseline.file", target.baseline.file),
+    ] + ([("vendor.file", target.vendor.file)] if target.vendor else []):
         if not target.path(rel).is_file():
             raise TargetError(file, field, f"{rel} not found in {root}")
     return target

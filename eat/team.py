@@ -27,7 +27,8 @@ class Role(BaseModel):
 
     name: Literal["planner", "coder", "debugger", "profiler", "reviewer"]
     agent: Literal["auto", "offline", "llm"] = Field(
-        "auto", description="Agent kind; 'auto' follows the run's --model.")
+        "auto", description="Agent kind; 'auto' follows the run's --model."
+    )
     model: str | None = Field(None, description="Model for this role (llm agents only).")
 
 
@@ -39,13 +40,17 @@ class TeamSpec(BaseModel):
     name: str = Field(description="Preset name; team ids are '<name>-<n>'.")
     description: str = Field(description="One line for people.")
     strategy: Literal["coordinate", "explorer", "refiner", "model"] = Field(
-        description="How the offline agent searches.")
+        description="How the offline agent searches."
+    )
     directive: str = Field(description="What the team is told to do.")
     roles: list[Role] = Field(min_length=1)
     share: float = Field(1.0, gt=0, description="Relative budget share.")
-    runtime: Runtime | None = Field(None, description="How its agent works (`--agent` overrides "
-                                    "it): prompt, tools, command, claude-code, codex, aider, "
-                                    "mini-swe-agent; None: offline or prompt as --model says.")
+    runtime: Runtime | None = Field(
+        None,
+        description="How its agent works (`--agent` overrides "
+        "it): prompt, tools, command, claude-code, codex, aider, "
+        "mini-swe-agent; None: offline or prompt as --model says.",
+    )
 
 
 def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:

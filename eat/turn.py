@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from eat.agents.base import Proposal, start_candidate
+from eat.agents.base import Proposal
 from eat.agents.llm import AttemptError
 from eat.context import RunContext
 from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted
@@ -34,14 +34,17 @@ class Turn:
     ctx: RunContext
     state: RunState
     seen: int | None = None
-    held: int = 1                     # evaluations reserved for it: one, plus one per repair
-    claims: set[str] = field(default_factory=set)   # source hashes it holds in flight
+    held: int = 1  # evaluations reserved for it: one, plus one per repair
+    claims: set[str] = field(default_factory=set)  # source hashes it holds in flight
 
     @classmethod
     def begin(cls, ctx: RunContext, team: Team, concurrent: bool) -> Turn:
         """On the main thread: the team's turn, holding one evaluation, in flight."""
-        turn = (cls(team.id, ctx, snapshot(ctx), seen=ctx.state.seq) if concurrent
-                else cls(team.id, ctx, ctx.state))
+        turn = (
+            cls(team.id, ctx, snapshot(ctx), seen=ctx.state.seq)
+            if concurrent
+            else cls(team.id, ctx, ctx.state)
+        )
         ctx.turns[team.id] = turn
         return turn
 
@@ -101,11 +104,22 @@ class Turn:
         ctx = self.ctx
         team = ctx.state.teams[self.team]
         cid = ctx.state.next_candidate_id()
-        meta = {"team": team.id, "idea": proposal.idea, "knobs": proposal.knobs,
-                "parent": proposal.parent, "plan_item": proposal.plan_item}
-        ctx.ws.write_candidate(team.id, cid, {source_name(ctx.target.language): proposal.source,
-                                              "meta.json": json.dumps(meta, indent=2)},
-                               ev.model_dump(mode="json"))
+        meta = {
+            "team": team.id,
+            "idea": proposal.idea,
+            "knobs": proposal.knobs,
+            "parent": proposal.parent,
+            "plan_item": proposal.plan_item,
+        }
+        ctx.ws.write_candidate(
+            team.id,
+            cid,
+            {
+                source_name(ctx.target.language): proposal.source,
+                "meta.json": json.dumps(meta, indent=2),
+            },
+            ev.model_dump(mode="json"),
+        )
         event = evaluated_event(cid, meta, ev)
         event.seen_seq = self.seen
         ctx.record(event)
@@ -115,10 +129,15 @@ class Turn:
         if new_best:
             ctx.ws.set_best(team.id, cid)
         write_notes(team, ctx)
-        commit_step(ctx, f"{cid} {team.id}: {ev.status} "
-                    + (f"{ev.speedup:.2f}x" if ev.speedup else ev.message[:80])
-                    + (" (new best)" if new_best else "") + f" [{proposal.idea[:100]}]",
-                    [team.id], cid)
+        commit_step(
+            ctx,
+            f"{cid} {team.id}: {ev.status} "
+            + (f"{ev.speedup:.2f}x" if ev.speedup else ev.message[:80])
+            + (" (new best)" if new_best else "")
+            + f" [{proposal.idea[:100]}]",
+            [team.id],
+            cid,
+        )
         return event
 
     def play(self, agent) -> CandidateEvaluated | AttemptFailed | None:
@@ -127,6 +146,7 @@ class Turn:
         several steps (`work`) submits its candidates itself, at its desk."""
         if hasattr(agent, "work"):
             from eat.desk import work_turn
+
             return work_turn(self, agent)
         return self._propose_and_repair(agent)
 
@@ -144,16 +164,18 @@ class Turn:
             self.record(TeamExhausted(team=self.team))
             return None
         if proposal.plan:
-            self.record(PlanUpdated(team=self.team,
-                                    ideas=[p.model_dump() for p in proposal.plan]))
+            self.record(PlanUpdated(team=self.team, ideas=[p.model_dump() for p in proposal.plan]))
         event, ev = self.evaluate(proposal)
         for _ in range(self.ctx.config.repairs):
             if event.status == "ok" or not self.reserve():
                 break
             failed = self.state.candidates[event.candidate]
             try:
-                proposal = self._proposal(lambda: agent.repair(
-                    team(), self.state, failed, ev.compile_log + ev.stderr))
+                proposal = self._proposal(
+                    lambda failed=failed, log=ev.compile_log + ev.stderr: agent.repair(
+                        team(), self.state, failed, log
+                    )
+                )
             except AttemptError as e:
                 self._failed(e)
                 break
@@ -174,8 +196,11 @@ class Turn:
         raise AttemptError("duplicate", "other turns were evaluating the sources it proposed")
 
     def _failed(self, e: AttemptError) -> AttemptFailed:
-        return self.record(AttemptFailed(team=self.team, kind=e.kind, reason=str(e),
-                                         repeats=e.repeats, seen_seq=self.seen))
+        return self.record(
+            AttemptFailed(
+                team=self.team, kind=e.kind, reason=str(e), repeats=e.repeats, seen_seq=self.seen
+            )
+        )
 
 
 def snapshot(ctx: RunContext) -> RunState:
@@ -194,9 +219,17 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
         noise = spreads[len(spreads) // 2]
     best_w = max(ev.workloads, key=lambda w: w.gflops or 0.0, default=None)
     return CandidateEvaluated(
-        candidate=cid, team=meta["team"], idea=meta.get("idea", ""),
-        knobs=meta.get("knobs", {}), parent=meta.get("parent"), source_hash=ev.source_hash,
-        status=ev.status, speedup=ev.speedup, noise=noise, message=ev.message[:500],
+        candidate=cid,
+        team=meta["team"],
+        idea=meta.get("idea", ""),
+        knobs=meta.get("knobs", {}),
+        parent=meta.get("parent"),
+        source_hash=ev.source_hash,
+        status=ev.status,
+        speedup=ev.speedup,
+        noise=noise,
+        message=ev.message[:500],
         plan_item=meta.get("plan_item"),
         gflops=best_w.gflops if best_w else None,
-        vendor_gflops=best_w.vendor_gflops if best_w else None)
+        vendor_gflops=best_w.vendor_gflops if best_w else None,
+    )

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -30,8 +30,8 @@ from eat.workspace import LogReader, Paths, Workspace, read_key, tampered
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 60
-RECENT = 4      # candidates shown per team, newest first
-DECISIONS = 6   # plateaus and restructures shown, newest last
+RECENT = 4  # candidates shown per team, newest first
+DECISIONS = 6  # plateaus and restructures shown, newest last
 STOP_CHECK_S = 0.2  # how soon a set `stop` is noticed while no file changes
 
 
@@ -46,8 +46,9 @@ def sparkline(values: list[float | None], width: int = SPARK_WIDTH) -> str:
         return " " * len(values)
     lo, span = min(known), max(known) - min(known)
     top = len(BLOCKS) - 1
-    return "".join(" " if v is None else BLOCKS[round((v - lo) / span * top) if span else top]
-                   for v in values)
+    return "".join(
+        " " if v is None else BLOCKS[round((v - lo) / span * top) if span else top] for v in values
+    )
 
 
 class RunView:
@@ -60,12 +61,12 @@ class RunView:
 
     def _reset(self) -> None:
         self.state = RunState(self.config.windows())
-        self.offset = 0                       # bytes of the log folded so far
+        self.offset = 0  # bytes of the log folded so far
         self.log = LogReader(read_key(self.ws.paths))  # the log's rules; what was bad
-        self.curve: list[float | None] = []   # the run's best after each evaluation
+        self.curve: list[float | None] = []  # the run's best after each evaluation
         self.recent: dict[str, deque[Candidate]] = {}  # each team's latest candidates
         self.decisions: deque[Event] = deque(maxlen=DECISIONS)
-        self.session: Event | None = None     # the latest run_started, run_resumed or run_stopped
+        self.session: Event | None = None  # the latest run_started, run_resumed or run_stopped
 
     def read(self) -> list[Event]:
         """Fold the complete lines appended since the last read (the log's rules: `LogReader`);
@@ -80,7 +81,7 @@ class RunView:
             self.log.key = read_key(self.ws.paths)
         new = []
         # Only what ends in a newline is a whole event: the writer may be mid-line (torn tail).
-        for raw in data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]:
+        for raw in data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]:
             self.offset += len(raw) + 1
             if (e := self.log.take(raw)) is not None:
                 self._apply(e)
@@ -93,7 +94,8 @@ class RunView:
             case "candidate_evaluated":
                 self.curve.append(self.state.best_speedup)
                 self.recent.setdefault(e.team, deque(maxlen=RECENT)).appendleft(
-                    self.state.candidates[e.candidate])
+                    self.state.candidates[e.candidate]
+                )
             case "elite_retimed":  # an evaluation too, and it may lower the best
                 self.curve.append(self.state.best_speedup)
             case "plateau_detected" | "restructured":
@@ -124,29 +126,46 @@ def frame(view: RunView, running: bool) -> RenderableType:
     st, best = view.state, view.state.best
     use = st.usage
     minutes, seconds = divmod(int(st.elapsed_s), 60)
-    lines = [Text(f"{st.target or '?'}  {run_line(view, running)}  ({minutes}m{seconds:02d}s)",
-                  style="bold")]
+    lines = [
+        Text(
+            f"{st.target or '?'}  {run_line(view, running)}  ({minutes}m{seconds:02d}s)",
+            style="bold",
+        )
+    ]
     if bad := tampered(view.log.bad):
         lines.append(Text(f"tampered: {bad}", style="bold red"))
     if best:
-        lines.append(Text(f"best {speedup_text(best.estimate)} ({best.cid} by {best.team})  "
-                          f"{sparkline(view.curve)}"))
+        lines.append(
+            Text(
+                f"best {speedup_text(best.estimate)} ({best.cid} by {best.team})  "
+                f"{sparkline(view.curve)}"
+            )
+        )
     else:
         lines.append(Text("best -"))
-    lines.append(Text(f"evaluations {st.spent_evals}/{view.config.max_evals}: {st.evaluations} "
-                      f"candidates, {st.retimes} re-times; {st.failed_attempts} failed attempts; "
-                      f"{st.plateaus} plateaus, {st.restructures} restructures"))
+    lines.append(
+        Text(
+            f"evaluations {st.spent_evals}/{view.config.max_evals}: {st.evaluations} "
+            f"candidates, {st.retimes} re-times; {st.failed_attempts} failed attempts; "
+            f"{st.plateaus} plateaus, {st.restructures} restructures"
+        )
+    )
     unpriced = f" ({use.unpriced_calls} unpriced)" if use.unpriced_calls else ""
-    lines.append(Text(f"LLM {use.calls} calls, {use.prompt + use.completion} tokens "
-                      f"({use.cached} cached), ${use.cost_usd:.4f}{unpriced}"))
+    lines.append(
+        Text(
+            f"LLM {use.calls} calls, {use.prompt + use.completion} tokens "
+            f"({use.cached} cached), ${use.cost_usd:.4f}{unpriced}"
+        )
+    )
     teams = Table(box=None, pad_edge=False)
     for col in ("team", "strategy", "state", "evals", "best", "recent"):
         teams.add_column(col)
     for t in st.teams.values():
         state = t.state + (", exhausted" if t.exhausted and t.state == "active" else "")
         recent = ", ".join(_candidate(c) for c in view.recent.get(t.id, ()))
-        teams.add_row(t.id, t.strategy, state, str(t.evals), speedup_text(t.best_estimate),
-                      recent or "-")
+        teams.add_row(
+            t.id, t.strategy, state, str(t.evals), speedup_text(t.best_estimate), recent or "-"
+        )
     lines.append(teams)
     if view.decisions:
         lines.append(Text("latest plateaus and restructures:"))
@@ -181,9 +200,14 @@ def _screen(console: Console):
         yield lambda r: console.print(r, "")
 
 
-def watch(workspace: Path, console: Console, stop: threading.Event | None = None, *,
-          once: bool = False,
-          on_frame: Callable[[RunView, RenderableType], None] | None = None) -> int:
+def watch(
+    workspace: Path,
+    console: Console,
+    stop: threading.Event | None = None,
+    *,
+    once: bool = False,
+    on_frame: Callable[[RunView, RenderableType], None] | None = None,
+) -> int:
     """Show the run in `workspace` on `console` until Ctrl-C (returns 130) or `stop` is set
     (returns 0); `once`: print one frame and return 0. `on_frame` gets each frame just shown,
     with the view it shows.

@@ -33,8 +33,16 @@ from eat.events import Event, LogTampered, describe, parse_event
 TEMPLATE = Path(workspace_template.__file__).parent
 # Temporary files of atomic writes are ignored so a commit running beside a writer never sees
 # a file that vanishes before git can read it.
-GIT_IGNORED = ["/.eat/", "/history.jsonl", "/EVOLUTION.md", ".*.tmp", "/.best.tmp/",
-               "/.best.old/", "/worktrees/", "/report.html"]
+GIT_IGNORED = [
+    "/.eat/",
+    "/history.jsonl",
+    "/EVOLUTION.md",
+    ".*.tmp",
+    "/.best.tmp/",
+    "/.best.old/",
+    "/worktrees/",
+    "/report.html",
+]
 # A team branch tracks what the agent works on; scratch files, the request folder and the
 # read-only copies stay out of it.
 WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
@@ -42,8 +50,14 @@ WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
 BACKLOG = 8
 
 
-SOURCE_NAMES = {"c": "candidate.c", "cuda": "candidate.cu", "hip": "candidate.hip",
-                "pytorch": "candidate.py", "triton": "candidate.py", "mlx": "candidate.py"}
+SOURCE_NAMES = {
+    "c": "candidate.c",
+    "cuda": "candidate.cu",
+    "hip": "candidate.hip",
+    "pytorch": "candidate.py",
+    "triton": "candidate.py",
+    "mlx": "candidate.py",
+}
 
 
 def source_name(language: str) -> str:
@@ -63,18 +77,18 @@ class Paths:
         self.readme = self.root / "README.md"
         self.teams = self.root / "teams"
         self.best = self.root / "best"
-        self.state = self.root / ".eat"            # machine state, rebuilt from the files
+        self.state = self.root / ".eat"  # machine state, rebuilt from the files
         self.lock = self.state / "lock"
         self.checkpoint = self.state / "supervisor.sqlite"
-        self.skill = self.root / "SKILL.md"        # the skill the run was started with, if any
-        self.inbox = self.state / "steer"           # `eat steer` messages not yet recorded
+        self.skill = self.root / "SKILL.md"  # the skill the run was started with, if any
+        self.inbox = self.state / "steer"  # `eat steer` messages not yet recorded
         # What no agent may read (its fence denies it): the log's key, the target's snapshot.
         self.sealed = self.state / "sealed"
-        self.key = self.sealed / "key"              # the run's secret: history.jsonl's macs
-        self.target_copy = self.sealed / "target"   # the target folder as the run started
-        self.seen = self.state / "steering.json"    # people's text as the loop last saw it
-        self.worktrees = self.root / "worktrees"   # a git worktree per team whose agent edits files
-        self.report = self.root / "report.html"    # `eat report`'s default output
+        self.key = self.sealed / "key"  # the run's secret: history.jsonl's macs
+        self.target_copy = self.sealed / "target"  # the target folder as the run started
+        self.seen = self.state / "steering.json"  # people's text as the loop last saw it
+        self.worktrees = self.root / "worktrees"  # a git worktree per team whose agent edits files
+        self.report = self.root / "report.html"  # `eat report`'s default output
 
     def team(self, team: str) -> Path:
         return self.teams / team
@@ -155,8 +169,8 @@ def _with_mac(key: bytes, body: str) -> str:
 
 def _split_mac(raw: bytes) -> tuple[bytes, bytes | None]:
     """A line's event JSON exactly as it was sealed, and its mac (None: the line has none)."""
-    if raw.endswith(b'"}') and raw[-MAC_TAIL:-MAC_HEX - 2] == MAC_KEY:
-        return raw[:-MAC_TAIL] + b"}", raw[-MAC_HEX - 2:-2]
+    if raw.endswith(b'"}') and raw[-MAC_TAIL : -MAC_HEX - 2] == MAC_KEY:
+        return raw[:-MAC_TAIL] + b"}", raw[-MAC_HEX - 2 : -2]
     return raw, None
 
 
@@ -191,10 +205,10 @@ class LogReader:
 
     def __init__(self, key: bytes | None):
         self.key = key
-        self.lines = 0       # complete lines read
-        self.seq = 0         # the last taken event's
-        self.macs = False    # a line with a mac was read: from there on, every line needs one
-        self.skipped = 0     # lines skipped since the last taken one
+        self.lines = 0  # complete lines read
+        self.seq = 0  # the last taken event's
+        self.macs = False  # a line with a mac was read: from there on, every line needs one
+        self.skipped = 0  # lines skipped since the last taken one
         self.bad: list[tuple[int, str]] = []
 
     def take(self, raw: bytes) -> Event | None:
@@ -209,8 +223,13 @@ class LogReader:
             return None
         missing = event.seq - self.seq - 1
         if missing > self.skipped:  # more events gone than lines skipped: lines were deleted
-            self.bad.append((self.lines, f"seq {event.seq} after seq {self.seq}: {missing} "
-                                         "missing (lines deleted?); kept"))
+            self.bad.append(
+                (
+                    self.lines,
+                    f"seq {event.seq} after seq {self.seq}: {missing} "
+                    "missing (lines deleted?); kept",
+                )
+            )
         self.seq, self.skipped = event.seq, 0
         return event
 
@@ -219,8 +238,13 @@ class LogReader:
         if mac is not None:
             if self.key is None:
                 if not self.macs:
-                    self.bad.append((self.lines, "has a mac, but the workspace's key is missing "
-                                                 "or unreadable: no line can be checked; kept"))
+                    self.bad.append(
+                        (
+                            self.lines,
+                            "has a mac, but the workspace's key is missing "
+                            "or unreadable: no line can be checked; kept",
+                        )
+                    )
             elif not hmac.compare_digest(mac, _mac(self.key, body)):
                 return None, "wrong mac: changed, or not written by eat"
             self.macs = True
@@ -246,9 +270,9 @@ class Log:
     """history.jsonl as read: the events of the lines eat wrote, in order, and what was wrong."""
 
     events: list[Event]
-    end: int                     # bytes up to the last complete line's end (a torn one follows)
-    bad: list[tuple[int, str]]   # LogReader.bad
-    macs: bool                   # LogReader.macs
+    end: int  # bytes up to the last complete line's end (a torn one follows)
+    bad: list[tuple[int, str]]  # LogReader.bad
+    macs: bool  # LogReader.macs
 
 
 class Workspace:
@@ -258,7 +282,7 @@ class Workspace:
         self.paths = Paths(root)
         self.seq = 0
         self.bad: list[tuple[int, str]] = []  # what the last load() found wrong with the log
-        self._key: bytes | None = None        # the log's key, for append (create, load)
+        self._key: bytes | None = None  # the log's key, for append (create, load)
         self._repo: git.Repo | None = None
         self._committer: _Committer | None = None
 
@@ -270,8 +294,12 @@ class Workspace:
         root = Path(root)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise BadInput(f"{root}: already exists and is not empty (use `eat resume`)")
-        shutil.copytree(TEMPLATE, root, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
+        shutil.copytree(
+            TEMPLATE,
+            root,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__init__.py", "__pycache__"),
+        )
         ws = cls(root)
         p = ws.paths
         p.state.mkdir(exist_ok=True)
@@ -318,8 +346,10 @@ class Workspace:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                raise BadInput(f"{self.paths.root}: in use by another eat process "
-                               f"(pid {holder}); stop it first") from None
+                raise BadInput(
+                    f"{self.paths.root}: in use by another eat process "
+                    f"(pid {holder}); stop it first"
+                ) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
             stale = self.paths.root / ".git" / "index.lock"
@@ -353,8 +383,7 @@ class Workspace:
         data = self.paths.history.read_bytes()
         end = data.rfind(b"\n") + 1  # a line counts once its newline is written
         reader = LogReader(key)
-        events = [e for raw in data[:end].split(b"\n")[:-1]
-                  if (e := reader.take(raw)) is not None]
+        events = [e for raw in data[:end].split(b"\n")[:-1] if (e := reader.take(raw)) is not None]
         return Log(events=events, end=end, bad=reader.bad, macs=reader.macs)
 
     def read_events(self) -> tuple[list[Event], int]:
@@ -374,8 +403,10 @@ class Workspace:
                 os.fsync(f.fileno())
         if key is None:
             if log.macs:
-                raise BadInput(f"{self.paths.key}: missing or unreadable, so history.jsonl's "
-                               "macs cannot be checked; restore it")
+                raise BadInput(
+                    f"{self.paths.key}: missing or unreadable, so history.jsonl's "
+                    "macs cannot be checked; restore it"
+                )
             key = _new_key(self.paths)
         self._key, self.bad = key, log.bad
         self.seq = log.events[-1].seq if log.events else 0
@@ -510,8 +541,9 @@ class Workspace:
 def _ignore(gitignore: Path, line: str) -> None:
     text = gitignore.read_text() if gitignore.exists() else ""
     if line not in text.splitlines():
-        write_atomic(gitignore, text + ("" if text.endswith("\n") or not text else "\n")
-                     + line + "\n")
+        write_atomic(
+            gitignore, text + ("" if text.endswith("\n") or not text else "\n") + line + "\n"
+        )
 
 
 class _Committer:
@@ -529,6 +561,7 @@ class _Committer:
 
     def call(self, fn):
         from concurrent.futures import Future
+
         done: Future = Future()
         self.jobs.put((fn, done, None))
         return done.result()
@@ -569,8 +602,13 @@ class _Committer:
                 self.jobs.task_done()
 
     def _commit(self, repo: git.Repo, messages: list[str], paths: list[str]) -> None:
-        message = messages[0] if len(messages) == 1 else "\n\n".join(
-            [f"{len(messages)} commits in one, from {messages[0].splitlines()[0]}"] + messages)
+        message = (
+            messages[0]
+            if len(messages) == 1
+            else "\n\n".join(
+                [f"{len(messages)} commits in one, from {messages[0].splitlines()[0]}"] + messages
+            )
+        )
         for attempt in range(2):  # once more after a moment: a file may have been mid-rename
             try:
                 repo.git.add("-A", "--", *dict.fromkeys(paths))

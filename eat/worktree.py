@@ -3,9 +3,10 @@
 The worktree (branch `team/<id>` of the workspace's repository, under `worktrees/<id>/`)
 holds the candidate file the agent edits, read-only copies of the target's reference and
 baseline, the agent's NOTES.md and TASK.md (what to do, how to check and submit, the team's
-standing); LEARNING.md links to the run's (SKILL.md too, when the run has a skill), and `others/` holds the other teams' best
-candidates. It is made at the team's first turn, from the candidate the team starts from (a
-fork's chosen candidate), and kept after the team is retired: its branch records its attempts.
+standing); LEARNING.md links to the run's (SKILL.md too, when the run has a skill), and
+`others/` holds the other teams' best candidates. It is made at the team's first turn, from the
+candidate the team starts from (a fork's chosen candidate), and kept after the team is retired:
+its branch records its attempts.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ def prepare(ctx: RunContext, team: Team, state: RunState) -> str | None:
         if start is not None:
             parent = start.cid
             source = (paths.candidate(start.team, start.cid) / name).read_text()
-        ctx.ws.add_worktree(team.id, {name: source, "NOTES.md": f"# Notes of {team.id}\n"},
-                            f"{team.id} starts from {parent or 'the baseline'}")
+        ctx.ws.add_worktree(
+            team.id,
+            {name: source, "NOTES.md": f"# Notes of {team.id}\n"},
+            f"{team.id} starts from {parent or 'the baseline'}",
+        )
     folder = paths.worktree(team.id)
     for src in (target.path(target.reference.file), target.path(target.baseline.file)):
         _read_only_copy(src, paths.reference_copy(team.id, src.name))
@@ -66,19 +70,31 @@ def _others(ctx: RunContext, team: Team, state: RunState) -> None:
         if other.id == team.id or best is None:
             continue
         ext = name.rsplit(".", 1)[1]
-        shutil.copyfile(paths.candidate(other.id, best.cid) / name,
-                        folder / f"{other.id}-{best.cid}-{best.estimate:.2f}x.{ext}")
+        shutil.copyfile(
+            paths.candidate(other.id, best.cid) / name,
+            folder / f"{other.id}-{best.cid}-{best.estimate:.2f}x.{ext}",
+        )
 
 
 def task_text(ctx: RunContext, team: Team, state: RunState, start) -> str:
     """TASK.md: the target, the rules, how to check and submit, the team's standing."""
     target, cfg = ctx.target, ctx.config
     x = lambda c: f"{c.cid} at {c.estimate:.2f}x" if c and c.estimate else "none yet"  # noqa
-    recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.what}"
-              for c in state.recent_of(team.id, 8)]
-    return render("task.md.j2", target=target, team=team, candidate=source_name(
-        target.language), reference=target.path(target.reference.file).name,
+    recent = [
+        f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.what}"
+        for c in state.recent_of(team.id, 8)
+    ]
+    return render(
+        "task.md.j2",
+        target=target,
+        team=team,
+        candidate=source_name(target.language),
+        reference=target.path(target.reference.file).name,
         baseline=target.path(target.baseline.file).name,
-        start=x(start) if start else "the baseline", best=x(team.best), run_best=x(state.best),
-        recent=recent, skill=ctx.ws.paths.skill.is_file(), limits={"submits": cfg.agent_submits, "steps": cfg.agent_steps,
-                               "wall_s": cfg.agent_wall_s})
+        start=x(start) if start else "the baseline",
+        best=x(team.best),
+        run_best=x(state.best),
+        recent=recent,
+        skill=ctx.ws.paths.skill.is_file(),
+        limits={"submits": cfg.agent_submits, "steps": cfg.agent_steps, "wall_s": cfg.agent_wall_s},
+    )

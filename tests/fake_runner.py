@@ -10,7 +10,7 @@ CPU runner only where a test is about the loop, not about measuring.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from eat.runners.base import Evaluation, Stat, WorkloadResult, source_hash
 
@@ -44,15 +44,31 @@ class FakeRunner:
         digest = source_hash(source)
         speedup = self.score(knobs_of(source))
         if speedup is None:
-            return Evaluation(status="compile_error", message="candidate.c: does not compile",
-                              target=target.name, runner="fake", source_hash=digest)
+            return Evaluation(
+                status="compile_error",
+                message="candidate.c: does not compile",
+                target=target.name,
+                runner="fake",
+                source_hash=digest,
+            )
         rows = []
         for params in target.workloads:
             base = 1e-3
             cand = base / speedup
-            rows.append(WorkloadResult(
-                params=params, speedup=speedup,
-                candidate=Stat(median_s=cand, iqr_s=cand * self.noise, n=9),
-                baseline=Stat(median_s=base, iqr_s=base * self.noise, n=9)))
-        return Evaluation(status="ok", speedup=speedup, target=target.name, runner="fake",
-                          device="fake", workloads=rows, source_hash=digest)
+            rows.append(
+                WorkloadResult(
+                    params=params,
+                    speedup=speedup,
+                    candidate=Stat(median_s=cand, iqr_s=cand * self.noise, n=9),
+                    baseline=Stat(median_s=base, iqr_s=base * self.noise, n=9),
+                )
+            )
+        return Evaluation(
+            status="ok",
+            speedup=speedup,
+            target=target.name,
+            runner="fake",
+            device="fake",
+            workloads=rows,
+            source_hash=digest,
+        )

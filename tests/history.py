@@ -23,21 +23,35 @@ class History:
         self.n = 0
         for t in teams:
             preset = t.split("-")[0]
-            self.add(TeamSpawned(team=t, preset=preset, directive="d",
-                                 strategy=preset if preset in STRATEGIES else strategy))
+            self.add(
+                TeamSpawned(
+                    team=t,
+                    preset=preset,
+                    directive="d",
+                    strategy=preset if preset in STRATEGIES else strategy,
+                )
+            )
 
     def add(self, event):
         event.seq = self.state.seq + 1
         self.state.apply(event)
         return event
 
-    def eval(self, team: str, speedup: float | None, status: str = "ok", noise: float = 0.01,
-             **knobs):
+    def eval(
+        self, team: str, speedup: float | None, status: str = "ok", noise: float = 0.01, **knobs
+    ):
         self.n += 1
-        return self.add(CandidateEvaluated(
-            candidate=f"c{self.n:04d}", team=team, source_hash=f"h{self.n}", status=status,
-            speedup=speedup if status == "ok" else None, noise=noise,
-            knobs=knobs or {"K": self.n}))
+        return self.add(
+            CandidateEvaluated(
+                candidate=f"c{self.n:04d}",
+                team=team,
+                source_hash=f"h{self.n}",
+                status=status,
+                speedup=speedup if status == "ok" else None,
+                noise=noise,
+                knobs=knobs or {"K": self.n},
+            )
+        )
 
     def apply(self, ops) -> None:
         """Record operations as the supervisor does."""

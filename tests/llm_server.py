@@ -37,9 +37,10 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator, Union
+from typing import Any
 
 import pytest
 
@@ -112,7 +113,7 @@ class Hang:
     """
 
     seconds: float
-    then: "Step | None" = None
+    then: Step | None = None
 
 
 @dataclass
@@ -129,7 +130,7 @@ class Drop:
     """Close the connection without sending any response."""
 
 
-Step = Union[Reply, HTTPError, Hang, Malformed, Drop, str, Callable[[dict], Any]]
+Step = Reply | HTTPError | Hang | Malformed | Drop | str | Callable[[dict], Any]
 
 
 @dataclass
@@ -188,24 +189,24 @@ class ScriptedLLM:
         self.base_url = ""  # "http://127.0.0.1:PORT/v1" once started
 
     # ---- scripting
-    def push(self, *steps: Step) -> "ScriptedLLM":
+    def push(self, *steps: Step) -> ScriptedLLM:
         with self._lock:
             self._steps.extend(steps)
         return self
 
-    def reply(self, content: str, **kwargs: Any) -> "ScriptedLLM":
+    def reply(self, content: str, **kwargs: Any) -> ScriptedLLM:
         return self.push(Reply(content, **kwargs))
 
-    def error(self, status: int, message: str = "", **kwargs: Any) -> "ScriptedLLM":
+    def error(self, status: int, message: str = "", **kwargs: Any) -> ScriptedLLM:
         return self.push(HTTPError(status, message, **kwargs))
 
-    def hang(self, seconds: float, then: Step | None = None) -> "ScriptedLLM":
+    def hang(self, seconds: float, then: Step | None = None) -> ScriptedLLM:
         return self.push(Hang(seconds, then))
 
-    def malformed(self, body: bytes | str | None = None, **kwargs: Any) -> "ScriptedLLM":
+    def malformed(self, body: bytes | str | None = None, **kwargs: Any) -> ScriptedLLM:
         return self.push(Malformed(body, **kwargs) if body is not None else Malformed(**kwargs))
 
-    def drop(self) -> "ScriptedLLM":
+    def drop(self) -> ScriptedLLM:
         return self.push(Drop())
 
     @property
@@ -232,14 +233,17 @@ class ScriptedLLM:
         return kwargs
 
     # ---- lifecycle
-    def start(self) -> "ScriptedLLM":
+    def start(self) -> ScriptedLLM:
         handler = type("_BoundHandler", (_Handler,), {"script": self})
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         httpd.daemon_threads = True
         self._httpd = httpd
         self.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
         self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="llm-server", daemon=True
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="llm-server",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -253,7 +257,7 @@ class ScriptedLLM:
             self._thread.join(timeout=5)
         self._httpd = self._thread = None
 
-    def __enter__(self) -> "ScriptedLLM":
+    def __enter__(self) -> ScriptedLLM:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -267,7 +271,9 @@ class ScriptedLLM:
     def _completion(self, body: dict | None, step: Reply) -> dict:
         prompt = step.prompt_tokens if step.prompt_tokens is not None else _prompt_tokens(body)
         completion = (
-            step.completion_tokens if step.completion_tokens is not None else _text_tokens(step.content)
+            step.completion_tokens
+            if step.completion_tokens is not None
+            else _text_tokens(step.content)
         )
         out: dict[str, Any] = {
             "id": f"chatcmpl-eat-{next(_ids)}",
@@ -277,12 +283,24 @@ class ScriptedLLM:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": step.content,
-                                **({"tool_calls": [
-                                    {"id": f"call_{next(_ids)}", "type": "function",
-                                     "function": {"name": name, "arguments": json.dumps(args)}}
-                                    for name, args in step.tool_calls]}
-                                   if step.tool_calls else {})},
+                    "message": {
+                        "role": "assistant",
+                        "content": step.content,
+                        **(
+                            {
+                                "tool_calls": [
+                                    {
+                                        "id": f"call_{next(_ids)}",
+                                        "type": "function",
+                                        "function": {"name": name, "arguments": json.dumps(args)},
+                                    }
+                                    for name, args in step.tool_calls
+                                ]
+                            }
+                            if step.tool_calls
+                            else {}
+                        ),
+                    },
                     "finish_reason": "tool_calls" if step.tool_calls else step.finish_reason,
                     "logprobs": None,
                 }
@@ -319,8 +337,13 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         return RecordedRequest(self.command, path, headers, parsed, raw, time.monotonic())
 
-    def _send(self, status: int, body: bytes | str | dict, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes | str | dict,
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
         if isinstance(body, dict):
             body = json.dumps(body)
         if isinstance(body, str):
@@ -341,8 +364,20 @@ class _Handler(BaseHTTPRequestHandler):
         req = self._read()
         self.script._record(req, scripted=False)
         if req.path.rstrip("/").endswith("/models"):
-            self._send(200, {"object": "list", "data": [
-                {"id": DEFAULT_MODEL, "object": "model", "created": 0, "owned_by": "eat-tests"}]})
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": DEFAULT_MODEL,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "eat-tests",
+                        }
+                    ],
+                },
+            )
         else:
             self._send(404, {"error": {"message": f"no route {req.path}", "type": "not_found"}})
 
@@ -373,12 +408,15 @@ class _Handler(BaseHTTPRequestHandler):
             if step.body is not None:
                 body: bytes | str | dict = step.body
             else:
-                body = {"error": {
-                    "message": step.message or f"scripted HTTP {step.status}",
-                    "type": step.type or ("rate_limit_error" if step.status == 429 else "scripted_error"),
-                    "param": None,
-                    "code": step.code,
-                }}
+                body = {
+                    "error": {
+                        "message": step.message or f"scripted HTTP {step.status}",
+                        "type": step.type
+                        or ("rate_limit_error" if step.status == 429 else "scripted_error"),
+                        "param": None,
+                        "code": step.code,
+                    }
+                }
             self._send(step.status, body, headers)
         elif isinstance(step, Hang):
             if script.stopping.wait(step.seconds):
@@ -391,7 +429,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(2)
             self.close_connection = True
         else:
-            self._send(500, {"error": {"message": f"bad scripted step {step!r}", "type": "script_error"}})
+            self._send(
+                500, {"error": {"message": f"bad scripted step {step!r}", "type": "script_error"}}
+            )
 
 
 # --------------------------------------------------------------------------- entry points

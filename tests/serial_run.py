@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fake_runner import FakeRunner
+
 from eat.config import PlateauConfig
 from eat.run import start_run
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-VOLATILE = {"time", "elapsed_s", "seen_seq"}   # differ from run to run by nature
+VOLATILE = {"time", "elapsed_s", "seen_seq"}  # differ from run to run by nature
 
 
 def landscape(k: dict[str, str]) -> float | None:
@@ -30,9 +31,15 @@ def landscape(k: dict[str, str]) -> float | None:
 
 def run(ws: Path, max_evals: int = 40, seed: int = 3, **overrides) -> list[dict]:
     """Run the scripted landscape to `max_evals`; its events, volatile fields dropped."""
-    start_run(EXAMPLES / "cpu_matmul", ws, runner=FakeRunner(landscape), max_evals=max_evals,
-              seed=seed, plateau=PlateauConfig(team_window=4, run_window=6, score_after=3),
-              **overrides)
+    start_run(
+        EXAMPLES / "cpu_matmul",
+        ws,
+        runner=FakeRunner(landscape),
+        max_evals=max_evals,
+        seed=seed,
+        plateau=PlateauConfig(team_window=4, run_window=6, score_after=3),
+        **overrides,
+    )
     return normalized(Workspace.open(ws).read_events()[0])
 
 
@@ -53,6 +60,7 @@ def normalized(events) -> list[dict]:
 if __name__ == "__main__":  # writes the reference history of the serial loop (one worker)
     import sys
     import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         events = run(Path(tmp) / "ws", workers=1)
     Path(sys.argv[1]).write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events))

@@ -13,27 +13,46 @@ QUICK_PLATEAU = PlateauConfig(team_window=2, run_window=3, min_gain=5.0, score_a
 
 
 def run(target, ws, server, **kw):
-    return start_run(target, ws, supervisor_model=MODEL, api_base=server.base_url,
-                     plateau=QUICK_PLATEAU, llm_backoff_s=0, llm_timeout_s=10, **kw)
+    return start_run(
+        target,
+        ws,
+        supervisor_model=MODEL,
+        api_base=server.base_url,
+        plateau=QUICK_PLATEAU,
+        llm_backoff_s=0,
+        llm_timeout_s=10,
+        **kw,
+    )
 
 
 def fork_decision(req):
     """Fork a refiner from the newest candidate the prompt shows."""
     prompt = req["messages"][-1]["content"]
     cid = prompt.split("Recent candidates (newest first):\n- ")[1][:5]
-    return json.dumps({
-        "diagnosis": f"single steps stall; {cid} is a fair restart point",
-        "operations": [{"op": "fork", "preset": "refiner", "start_from": cid,
-                        "directive": "Combine two changes at a time.",
-                        "reason": "escape the one-step optimum", "evidence": [cid]}],
-        "lessons": [f"one-knob steps stalled after {cid}"]})
+    return json.dumps(
+        {
+            "diagnosis": f"single steps stall; {cid} is a fair restart point",
+            "operations": [
+                {
+                    "op": "fork",
+                    "preset": "refiner",
+                    "start_from": cid,
+                    "directive": "Combine two changes at a time.",
+                    "reason": "escape the one-step optimum",
+                    "evidence": [cid],
+                }
+            ],
+            "lessons": [f"one-knob steps stalled after {cid}"],
+        }
+    )
 
 
 @pytest.mark.slow
 def test_a_valid_decision_is_applied_and_its_lessons_reach_learning(
-        quick_matmul, tmp_path, llm_server):
+    quick_matmul, tmp_path, llm_server
+):
     llm_server.push(fork_decision)
-    llm_server.default = fork_decision   # every later plateau gets the same kind of answer
+    llm_server.default = fork_decision  # every later plateau gets the same kind of answer
     run(quick_matmul, tmp_path / "ws", llm_server, max_evals=6, teams=["coordinate"])
     events = Workspace.open(tmp_path / "ws").read_events()[0]
     advised = [e for e in events if e.type == "supervisor_advised"]
@@ -48,9 +67,11 @@ def test_a_valid_decision_is_applied_and_its_lessons_reach_learning(
 
 @pytest.mark.slow
 def test_an_invalid_reply_is_explained_once_then_the_rules_decide(
-        quick_matmul, tmp_path, llm_server):
-    bad = json.dumps({"diagnosis": "x", "operations": [
-        {"op": "retire", "team": "no-such-team", "reason": "r"}]})
+    quick_matmul, tmp_path, llm_server
+):
+    bad = json.dumps(
+        {"diagnosis": "x", "operations": [{"op": "retire", "team": "no-such-team", "reason": "r"}]}
+    )
     llm_server.reply(bad).reply("not json at all")
     llm_server.default = fork_decision
     run(quick_matmul, tmp_path / "ws", llm_server, max_evals=4, teams=["coordinate"])
@@ -59,24 +80,41 @@ def test_an_invalid_reply_is_explained_once_then_the_rules_decide(
     assert not first.accepted
     correction = llm_server.requests[1].messages[-1]["content"]
     assert "no-such-team" in correction and "not an active team" in correction
-    after = events[events.index(first) + 1:]
+    after = events[events.index(first) + 1 :]
     rules = next(e for e in after if e.type == "restructured")
-    assert not rules.reason.startswith("supervisor:")     # the rule-based decision was used
+    assert not rules.reason.startswith("supervisor:")  # the rule-based decision was used
 
 
 def test_decisions_naming_unknown_things_are_refused():
-    from eat.advisor import Decision, problems
     from test_rules import History
+
+    from eat.advisor import Decision, problems
 
     h = History("a-1")
     h.eval("a-1", 2.0)
-    d = Decision.model_validate({"diagnosis": "d", "operations": [
-        {"op": "fork", "preset": "nope", "start_from": "c9999", "reason": "r",
-         "evidence": ["c0001", "c0404"]},
-        {"op": "retire", "team": "a-1", "reason": "r"},
-        {"op": "retire", "team": "a-1", "reason": "r"}],
-        "lessons": ["a lesson without evidence"]})
+    d = Decision.model_validate(
+        {
+            "diagnosis": "d",
+            "operations": [
+                {
+                    "op": "fork",
+                    "preset": "nope",
+                    "start_from": "c9999",
+                    "reason": "r",
+                    "evidence": ["c0001", "c0404"],
+                },
+                {"op": "retire", "team": "a-1", "reason": "r"},
+                {"op": "retire", "team": "a-1", "reason": "r"},
+            ],
+            "lessons": ["a lesson without evidence"],
+        }
+    )
     found = " | ".join(problems(d, h.state, {"refiner": None}, max_teams=4))
-    for words in ("preset 'nope'", "'c9999' is not a candidate", "['c0404']",
-                  "leave 0 teams active", "cites no existing candidate"):
+    for words in (
+        "preset 'nope'",
+        "'c9999' is not a candidate",
+        "['c0404']",
+        "leave 0 teams active",
+        "cites no existing candidate",
+    ):
         assert words in found

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_runner import FakeRunner
 
 from eat.procs import alive
 from eat.run import run_status, start_run
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
 
 SECRET = "sk-eat-agent-secret-7731"
 FAST = "// eat:cflags -O3 -march=native\n#define LOOP_ORDER IKJ\n"
@@ -39,26 +39,39 @@ def secret_nowhere(ws: Path) -> None:
     for f in ws.rglob("*"):
         if f.is_file() and ".git" not in f.parts:
             assert SECRET not in f.read_text(errors="replace"), f
-    log = subprocess.run(["git", "-C", str(ws), "log", "--all", "--format=%B"],
-                         capture_output=True, text=True).stdout
+    log = subprocess.run(
+        ["git", "-C", str(ws), "log", "--all", "--format=%B"], capture_output=True, text=True
+    ).stdout
     assert SECRET not in log
 
 
 @pytest.mark.slow
-def test_a_shell_script_agent_checks_and_submits_a_faster_kernel(quick_matmul, tmp_path,
-                                                                  monkeypatch):
+def test_a_shell_script_agent_checks_and_submits_a_faster_kernel(
+    quick_matmul, tmp_path, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    agent = script(tmp_path, "agent.sh", f"""set -e
+    agent = script(
+        tmp_path,
+        "agent.sh",
+        f"""set -e
 test -n "$EAT_WORKSPACE" && test -n "$EAT_TEAM" && test -f "$EAT_TASK"
 printf '%s' "$OPENAI_API_KEY" | sha256sum | cut -c1-16 > key.seen
 eat check --json > check.json
 {{ printf '{FAST}'; cat baseline.c; }} > candidate.c
 echo "tried ikj at -O3 with $OPENAI_API_KEY" >> NOTES.md
 eat submit -m "ikj loop order at -O3 (key $OPENAI_API_KEY)" --json > submit.json
-""")
+""",
+    )
     ws = tmp_path / "ws"
-    _, stop = start_run(quick_matmul, ws, agent="command", agent_command=f"sh {agent}",
-                        teams=["coordinate"], max_evals=1, workers=1)
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        agent="command",
+        agent_command=f"sh {agent}",
+        teams=["coordinate"],
+        max_evals=1,
+        workers=1,
+    )
     assert stop.code == "max_evals"
     st = run_status(ws)
     assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
@@ -90,9 +103,18 @@ def test_an_agent_that_loops_on_check_is_stopped_and_the_run_goes_on(quick_matmu
     agent = script(tmp_path, "loop.sh", "while true; do eat check > /dev/null; done\n")
     runner = FakeRunner(lambda k: 2.0)
     ws = tmp_path / "ws"
-    _, stop = start_run(quick_matmul, ws, runner=runner, agent="command",
-                        agent_command=f"sh {agent}", teams=["coordinate"], max_evals=3,
-                        agent_steps=2, no_progress=2, workers=1)
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        runner=runner,
+        agent="command",
+        agent_command=f"sh {agent}",
+        teams=["coordinate"],
+        max_evals=3,
+        agent_steps=2,
+        no_progress=2,
+        workers=1,
+    )
     assert stop.code == "no_progress"
     failed = events(ws, "attempt_failed")
     assert [f.kind for f in failed] == ["no_candidate"] * 2
@@ -100,14 +122,22 @@ def test_an_agent_that_loops_on_check_is_stopped_and_the_run_goes_on(quick_matmu
     assert len(events(ws, "candidate_checked")) == 4 and runner.calls == 4
 
 
-def test_an_agent_that_submits_nothing_is_stopped_at_its_wall_clock_limit(quick_matmul,
-                                                                          tmp_path):
+def test_an_agent_that_submits_nothing_is_stopped_at_its_wall_clock_limit(quick_matmul, tmp_path):
     agent = script(tmp_path, "idle.sh", "sleep 300 & echo $! > idle.pid; sleep 300\n")
     ws = tmp_path / "ws"
     t0 = time.monotonic()
-    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(lambda k: 2.0), agent="command",
-                        agent_command=f"sh {agent}", teams=["coordinate"], max_evals=2,
-                        agent_wall_s=1.0, no_progress=1, workers=1)
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        runner=FakeRunner(lambda k: 2.0),
+        agent="command",
+        agent_command=f"sh {agent}",
+        teams=["coordinate"],
+        max_evals=2,
+        agent_wall_s=1.0,
+        no_progress=1,
+        workers=1,
+    )
     assert stop.code == "no_progress" and time.monotonic() - t0 < 30
     (failed,) = events(ws, "attempt_failed")
     assert "wall-clock limit" in failed.reason
@@ -138,27 +168,34 @@ done = subprocess.run(["eat", "submit", "-m", "ikj order", "--json"], capture_ou
 reply = json.loads(done.stdout)
 {report}
 '''
-CLAUDE_REPORT = '''print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
+CLAUDE_REPORT = """print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
                   "num_turns": 3, "result": reply["status"], "total_cost_usd": 0.0125,
                   "usage": {"input_tokens": 120, "cache_read_input_tokens": 880,
-                            "cache_creation_input_tokens": 0, "output_tokens": 240}}))'''
-CODEX_REPORT = '''for event in [{"type": "thread.started", "thread_id": "t1"}, {"type": "turn.started"},
+                            "cache_creation_input_tokens": 0, "output_tokens": 240}}))"""
+CODEX_REPORT = """\
+for event in [{"type": "thread.started", "thread_id": "t1"}, {"type": "turn.started"},
               {"type": "item.completed", "item": {"type": "agent_message",
                                                  "text": reply["status"]}},
               {"type": "turn.completed", "usage": {"input_tokens": 1000,
                                                    "cached_input_tokens": 600,
                                                    "output_tokens": 300}}]:
-    print(json.dumps(event))'''
+    print(json.dumps(event))"""
 
 
-@pytest.mark.parametrize("name, model, report", [
-    ("claude", "anthropic/claude-sonnet-4-5", CLAUDE_REPORT), ("codex", "offline", CODEX_REPORT)])
-def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_path,
-                                                            monkeypatch, name, model, report):
+@pytest.mark.parametrize(
+    "name, model, report",
+    [("claude", "anthropic/claude-sonnet-4-5", CLAUDE_REPORT), ("codex", "offline", CODEX_REPORT)],
+)
+def test_fake_claude_and_codex_on_path_show_the_cli_protocol(
+    quick_matmul, tmp_path, monkeypatch, name, model, report
+):
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    script(bindir, name, FAKE_CLI.format(python=sys.executable, name=name, fast=FAST,
-                                         secret=SECRET, report=report))
+    script(
+        bindir,
+        name,
+        FAKE_CLI.format(python=sys.executable, name=name, fast=FAST, secret=SECRET, report=report),
+    )
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     home = tmp_path / f"{name}-home"  # the CLI's own folder, as its preset declares it
     monkeypatch.setenv({"claude": "CLAUDE_CONFIG_DIR", "codex": "CODEX_HOME"}[name], str(home))
@@ -167,17 +204,30 @@ def test_fake_claude_and_codex_on_path_show_the_cli_protocol(quick_matmul, tmp_p
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     ws = tmp_path / "ws"
     runtime = {"claude": "claude-code", "codex": "codex"}[name]
-    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(
-        lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0), agent=runtime, model=model,
-        teams=["coordinate"], max_evals=1, agent_steps=7, workers=1, max_cost_usd=0.5)
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        runner=FakeRunner(lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0),
+        agent=runtime,
+        model=model,
+        teams=["coordinate"],
+        max_evals=1,
+        agent_steps=7,
+        workers=1,
+        max_cost_usd=0.5,
+    )
     assert stop.code == "max_evals"
     (call,) = [json.loads(line) for line in (home / "calls.jsonl").read_text().splitlines()]
     argv = call["argv"][1:]
     wt = ws / "worktrees" / "coordinate-1"
     assert call["cwd"] == str(wt) and call["key"]
     assert call["outside"] == "refused" and not (tmp_path / "outside").exists()
-    assert call["env"] == {"EAT_WORKSPACE": str(ws), "EAT_TEAM": "coordinate-1",
-                           "EAT_TASK": str(wt / "TASK.md"), "EAT_MAX_COST_USD": "0.5000"}
+    assert call["env"] == {
+        "EAT_WORKSPACE": str(ws),
+        "EAT_TEAM": "coordinate-1",
+        "EAT_TASK": str(wt / "TASK.md"),
+        "EAT_MAX_COST_USD": "0.5000",
+    }
     prompt = argv[argv.index("-p") + 1] if name == "claude" else argv[-1]
     assert "eat submit" in prompt and "void matmul(" in prompt
     st = run_status(ws)
@@ -217,8 +267,9 @@ print("Tokens: 2.1k sent, 310 received. Cost: $0.01 message, $0.01 session.")
 '''
 
 
-def test_fake_aider_edits_in_its_fence_and_eat_submits_its_file(quick_matmul, tmp_path,
-                                                                monkeypatch):
+def test_fake_aider_edits_in_its_fence_and_eat_submits_its_file(
+    quick_matmul, tmp_path, monkeypatch
+):
     bindir, home = tmp_path / "bin", tmp_path / "home"
     bindir.mkdir()
     script(bindir, "aider", FAKE_AIDER.format(python=sys.executable, fast=FAST))
@@ -226,9 +277,16 @@ def test_fake_aider_edits_in_its_fence_and_eat_submits_its_file(quick_matmul, tm
     monkeypatch.setenv("HOME", str(home))  # ~/.aider, as the preset declares it, made by eat
     monkeypatch.setenv("FAKE_OUTSIDE", str(tmp_path / "outside"))
     ws = tmp_path / "ws"
-    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(
-        lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0), agent="aider",
-        model="openai/gpt-5", teams=["coordinate"], max_evals=1, workers=1)
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        runner=FakeRunner(lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0),
+        agent="aider",
+        model="openai/gpt-5",
+        teams=["coordinate"],
+        max_evals=1,
+        workers=1,
+    )
     assert stop.code == "max_evals"
     (call,) = [json.loads(x) for x in (home / ".aider" / "calls.jsonl").read_text().splitlines()]
     assert call["outside"] == "refused" and not (tmp_path / "outside").exists()
@@ -247,15 +305,34 @@ def _pids(path: Path) -> list[int]:
 def test_kill_9_of_eat_leaves_no_agent_process(quick_matmul, tmp_path):
     pids = tmp_path / "ws" / "worktrees" / "coordinate-1" / "pids"  # where the agent may write
     # A shell, a background child and a daemon that leaves the process group (setsid).
-    agent = script(tmp_path, "agent.sh", f"""sleep 300 & echo $! >> {pids}
+    agent = script(
+        tmp_path,
+        "agent.sh",
+        f"""sleep 300 & echo $! >> {pids}
 setsid sleep 301 & echo $! >> {pids}
 echo $$ >> {pids}
 sleep 302
-""")
-    proc = subprocess.Popen([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w",
-                             str(tmp_path / "ws"), "--agent-command", f"sh {agent}",
-                             "--max-evals", "2", "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+""",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(quick_matmul),
+            "-w",
+            str(tmp_path / "ws"),
+            "--agent-command",
+            f"sh {agent}",
+            "--max-evals",
+            "2",
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while len(_pids(pids)) < 3:
         assert proc.poll() is None, proc.stderr.read()
@@ -277,8 +354,9 @@ def test_stop_ends_a_working_agent_within_5_s(quick_matmul, tmp_path):
     from eat.supervisor import stop_agent
 
     pids = tmp_path / "ws" / "worktrees" / "coordinate-1" / "pids"  # where the agent may write
-    agent_sh = script(tmp_path, "agent.sh", f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; "
-                      "sleep 300\n")
+    agent_sh = script(
+        tmp_path, "agent.sh", f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; sleep 300\n"
+    )
     ws = tmp_path / "ws"
     made, threads = {}, []
 
@@ -300,9 +378,18 @@ def test_stop_ends_a_working_agent_within_5_s(quick_matmul, tmp_path):
             time.sleep(0.02)
         took.append(time.monotonic() - t0)
 
-    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(lambda k: 2.0), agent="command",
-                        agent_command="true", teams=["coordinate"], max_evals=2, no_progress=1,
-                        workers=1, make_agent=make_agent)
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        runner=FakeRunner(lambda k: 2.0),
+        agent="command",
+        agent_command="true",
+        teams=["coordinate"],
+        max_evals=2,
+        no_progress=1,
+        workers=1,
+        make_agent=make_agent,
+    )
     assert stop.code == "no_progress"
     for t in threads:
         t.join(10)  # the run may end before the retiring thread has seen the agent gone
@@ -313,27 +400,42 @@ def test_stop_ends_a_working_agent_within_5_s(quick_matmul, tmp_path):
 
 def _tool_step(*calls):
     from llm_server import Reply
+
     return Reply("", tool_calls=list(calls), prompt_tokens=400, completion_tokens=60)
 
 
 @pytest.mark.slow
-def test_the_tools_runtime_edits_checks_and_submits_a_faster_kernel(quick_matmul, tmp_path,
-                                                                    llm_server):
+def test_the_tools_runtime_edits_checks_and_submits_a_faster_kernel(
+    quick_matmul, tmp_path, llm_server
+):
     base = (quick_matmul / "baseline.c").read_text()
     llm_server.push(
         _tool_step(("read_file", {"path": "TASK.md"}), ("list_files", {})),
         _tool_step(("write_file", {"path": "candidate.c", "content": base})),
-        _tool_step(("edit_file", {"path": "candidate.c", "old": base[:40],
-                                  "new": FAST + base[:40]})),
+        _tool_step(
+            ("edit_file", {"path": "candidate.c", "old": base[:40], "new": FAST + base[:40]})
+        ),
         _tool_step(("check", {}), ("profile", {})),
-        _tool_step(("write_file", {"path": "baseline.c", "content": "x"}),
-                   ("write_notes", {"text": "ikj at -O3 vectorizes the inner loop"})),
+        _tool_step(
+            ("write_file", {"path": "baseline.c", "content": "x"}),
+            ("write_notes", {"text": "ikj at -O3 vectorizes the inner loop"}),
+        ),
         _tool_step(("submit", {"message": "ikj loop order at -O3"})),
-        "Submitted my best version.")   # not asked: the run's one evaluation is spent
+        "Submitted my best version.",
+    )  # not asked: the run's one evaluation is spent
     ws = tmp_path / "ws"
-    _, stop = start_run(quick_matmul, ws, agent="tools", model="openai/eat-test-model",
-                        api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
-                        workers=1, llm_backoff_s=0, llm_timeout_s=20)
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        agent="tools",
+        model="openai/eat-test-model",
+        api_base=llm_server.base_url,
+        teams=["coordinate"],
+        max_evals=1,
+        workers=1,
+        llm_backoff_s=0,
+        llm_timeout_s=20,
+    )
     assert stop.code == "max_evals"
     st = run_status(ws)
     assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
@@ -344,9 +446,9 @@ def test_the_tools_runtime_edits_checks_and_submits_a_faster_kernel(quick_matmul
     tool_results = [m["content"] for m in msgs if m["role"] == "tool"]
     assert "Task: make `matmul` faster" in tool_results[0]
     assert "candidate.c" in tool_results[1] and "TASK.md" in tool_results[1]
-    assert json.loads(tool_results[4])["status"] == "ok"                   # check
-    assert "vectorized" in json.loads(tool_results[5])["profile"]          # profile
-    assert "only the candidate file" in tool_results[6]                    # baseline refused
+    assert json.loads(tool_results[4])["status"] == "ok"  # check
+    assert "vectorized" in json.loads(tool_results[5])["profile"]  # profile
+    assert "only the candidate file" in tool_results[6]  # baseline refused
     (c,) = events(ws, "candidate_evaluated")
     assert c.idea == "ikj loop order at -O3" and c.status == "ok"
     assert llm_server.requests[0].get("tools")[0]["function"]["name"] == "read_file"
@@ -354,19 +456,27 @@ def test_the_tools_runtime_edits_checks_and_submits_a_faster_kernel(quick_matmul
 
 
 @pytest.mark.slow
-def test_mini_swe_agent_edits_checks_and_submits_through_bash(quick_matmul, tmp_path,
-                                                             llm_server):
+def test_mini_swe_agent_edits_checks_and_submits_through_bash(quick_matmul, tmp_path, llm_server):
     pytest.importorskip("minisweagent")
     bash = lambda cmd: _tool_step(("bash", {"command": cmd}))  # noqa: E731
     llm_server.push(
         bash("head -5 TASK.md"),
         bash(f"{{ printf '{FAST}'; cat baseline.c; }} > candidate.c && eat check"),
         bash("eat submit -m 'ikj loop order at -O3'"),
-        bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
+        bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
+    )
     ws = tmp_path / "ws"
-    _, stop = start_run(quick_matmul, ws, agent="mini-swe-agent", model="openai/eat-test-model",
-                        api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
-                        workers=1, max_cost_usd=5.0)  # the driver gets --cost-limit 5.0000
+    _, stop = start_run(
+        quick_matmul,
+        ws,
+        agent="mini-swe-agent",
+        model="openai/eat-test-model",
+        api_base=llm_server.base_url,
+        teams=["coordinate"],
+        max_evals=1,
+        workers=1,
+        max_cost_usd=5.0,
+    )  # the driver gets --cost-limit 5.0000
     assert stop.code == "max_evals"
     st = run_status(ws)
     assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
@@ -397,12 +507,29 @@ def test_a_run_whose_agents_go_unfenced_says_so_before_it_starts(quick_matmul, t
     from eat.agents.fence import warning
     from eat.config import make_config
     from eat.runners.sandbox import landlock_abi
+
     settings = tmp_path / "eat.toml"
     settings.write_text("[agents]\nconfine = false\n")
-    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w",
-                           str(tmp_path / "ws"), "--agent-command", "true", "--max-evals", "1",
-                           "--config", str(settings)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(quick_matmul),
+            "-w",
+            str(tmp_path / "ws"),
+            "--agent-command",
+            "true",
+            "--max-evals",
+            "1",
+            "--config",
+            str(settings),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "warning: agents are not fenced: nothing: [agents] confine = false" in done.stderr
     log = (tmp_path / "ws" / "teams" / "coordinate-1" / "agent.log").read_text()
     assert "(not fenced: nothing: [agents] confine = false" in log
@@ -411,26 +538,36 @@ def test_a_run_whose_agents_go_unfenced_says_so_before_it_starts(quick_matmul, t
     assert warning(make_config(target="t", agents={"confine": False})) is None  # offline
 
 
-def test_a_fence_lets_declared_folders_be_written_but_never_one_holding_the_run(tmp_path,
-                                                                                monkeypatch):
+def test_a_fence_lets_declared_folders_be_written_but_never_one_holding_the_run(
+    tmp_path, monkeypatch
+):
     from types import SimpleNamespace
 
     from eat.agents.fence import fence_for
     from eat.config import make_config
     from eat.runners.sandbox import landlock_abi
     from eat.workspace import Paths
+
     if landlock_abi() < 1:
         pytest.skip("needs Landlock (Linux 5.13+)")
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "target" / "private").mkdir(parents=True)
-    config = make_config(target=str(tmp_path / "target"),
-                         agents={"writes": ["~", "~/.cache/tool/", "~/absent-file"]})
+    config = make_config(
+        target=str(tmp_path / "target"), agents={"writes": ["~", "~/.cache/tool/", "~/absent-file"]}
+    )
     ctx = SimpleNamespace(config=config, ws=SimpleNamespace(paths=Paths(tmp_path / "ws")))
     fence = fence_for(ctx, "t-1", tmp_path / "tmp", ("~/.claude/",))
-    assert fence.writable == [str(tmp_path / p) for p in (
-        "ws/worktrees/t-1", "tmp")] + ["/dev", str(tmp_path / ".claude"),
-                                       str(tmp_path / ".cache/tool")]
-    assert fence.unreadable == [str(tmp_path / "ws/.eat/sealed"),
-                                str(tmp_path / "target/private")]
-    assert fence_for(SimpleNamespace(config=make_config(target="t", agents={"confine": False}),
-                                     ws=ctx.ws), "t-1", tmp_path) is None
+    assert fence.writable == [str(tmp_path / p) for p in ("ws/worktrees/t-1", "tmp")] + [
+        "/dev",
+        str(tmp_path / ".claude"),
+        str(tmp_path / ".cache/tool"),
+    ]
+    assert fence.unreadable == [str(tmp_path / "ws/.eat/sealed"), str(tmp_path / "target/private")]
+    assert (
+        fence_for(
+            SimpleNamespace(config=make_config(target="t", agents={"confine": False}), ws=ctx.ws),
+            "t-1",
+            tmp_path,
+        )
+        is None
+    )

@@ -16,16 +16,23 @@ def config(**kw) -> RunConfig:
 class Log:
     def __init__(self):
         self.state = RunState()
-        self.add(TeamSpawned(team="a-1", preset="coordinate", strategy="coordinate",
-                             directive="d"))
+        self.add(TeamSpawned(team="a-1", preset="coordinate", strategy="coordinate", directive="d"))
 
     def add(self, e):
         e.seq = self.state.seq + 1
         self.state.apply(e)
 
     def eval(self, cid, speedup=2.0):
-        self.add(CandidateEvaluated(candidate=cid, team="a-1", source_hash=f"h{cid}",
-                                    status="ok", speedup=speedup, noise=0.01))
+        self.add(
+            CandidateEvaluated(
+                candidate=cid,
+                team="a-1",
+                source_hash=f"h{cid}",
+                status="ok",
+                speedup=speedup,
+                noise=0.01,
+            )
+        )
 
     def duplicate(self, of):
         self.add(AttemptFailed(team="a-1", kind="duplicate", reason="r", repeats=of))
@@ -49,7 +56,7 @@ def test_no_configuration_leaves_llm_calls_unbounded():
     assert config(max_evals=8, max_llm_calls=5).llm_call_cap() == 5
     log = Log()
     for _ in range(80):
-        log.call(ok=False)                   # failed tries count too
+        log.call(ok=False)  # failed tries count too
     assert why_stop(log.state, config(max_evals=8), 0).code == "max_llm_calls"
     with pytest.raises(BadInput, match="no_progress"):
         make_config(target="t", no_progress=0)
@@ -74,10 +81,12 @@ def test_attempts_without_an_evaluation_stop_the_run_naming_the_repeats():
     assert why_stop(log.state, cfg, 0) is None
     log.add(AttemptFailed(team="a-1", kind="malformed", reason="no code"))
     stop = why_stop(log.state, cfg, 0)
-    assert stop == Stop("no_progress", "4 attempts in a row without a new evaluation; the "
-                        "teams repeated c0001 (2.40x) 3x")
+    assert stop == Stop(
+        "no_progress",
+        "4 attempts in a row without a new evaluation; the teams repeated c0001 (2.40x) 3x",
+    )
     assert stop.exit_code == 1
-    log.eval("c0002")                        # a new evaluation starts the count again
+    log.eval("c0002")  # a new evaluation starts the count again
     assert why_stop(log.state, cfg, 0) is None
 
 

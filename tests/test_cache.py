@@ -29,8 +29,7 @@ HOUR = 3600
 def own_cache(tmp_path, monkeypatch) -> Path:
     """A cache of this test's own, and no input sets remembered from other tests."""
     monkeypatch.setenv("EAT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(sets, "_SETS", {})
-    monkeypatch.setattr(sets, "_USED", {})
+    sets.forget()
     return tmp_path / "cache"
 
 
@@ -104,8 +103,12 @@ def test_locks_anchors_and_the_doctors_file_are_never_removed(own_cache):
     cache.doctor_file().write_text("{}")
     litter = cache.inputs_dir() / ".cache"  # what a child with HOME there leaves
     litter.mkdir()
-    kept = [own_cache / "locks" / "cpu0.lock", cache.anchors_dir() / "k.json",
-            cache.doctor_file(), litter]
+    kept = [
+        own_cache / "locks" / "cpu0.lock",
+        cache.anchors_dir() / "k.json",
+        cache.doctor_file(),
+        litter,
+    ]
     for path in kept:
         _aged(path, hours=24 * 30)
     assert cache.prune(limit_bytes=0, idle_s=0) == []
@@ -136,11 +139,18 @@ __attribute__((constructor)) static void loaded(void) { fclose(fopen("%s", "w"))
 """
 
 
-@pytest.mark.parametrize("build, change", [("baseline", "another build"),
-                                           ("baseline", "garbage"), ("baseline", "no sha256"),
-                                           ("candidate", "garbage")])
-def test_a_build_changed_in_the_cache_is_built_again_never_loaded(quick_matmul, tmp_path,
-                                                                  build, change):
+@pytest.mark.parametrize(
+    "build, change",
+    [
+        ("baseline", "another build"),
+        ("baseline", "garbage"),
+        ("baseline", "no sha256"),
+        ("candidate", "garbage"),
+    ],
+)
+def test_a_build_changed_in_the_cache_is_built_again_never_loaded(
+    quick_matmul, tmp_path, build, change
+):
     """Each use checks the library kept in the cache against the sha256 recorded when it was
     built: replaced by another build or by garbage, or with no sha256 beside it, it is built
     again and the evaluation is as on an untouched cache."""
@@ -154,8 +164,9 @@ def test_a_build_changed_in_the_cache_is_built_again_never_loaded(quick_matmul, 
     if change == "another build":
         impostor = tmp_path / "impostor.c"
         impostor.write_text(target.baseline_source() + IMPOSTOR % mark)
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-o", str(lib), str(impostor)],
-                       check=True)
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O0", "-o", str(lib), str(impostor)], check=True
+        )
     elif change == "garbage":
         lib.write_bytes(b"\x7fELF not a library")
     else:
@@ -166,8 +177,7 @@ def test_a_build_changed_in_the_cache_is_built_again_never_loaded(quick_matmul, 
     assert cache.intact_build(lib) and not mark.exists()
 
 
-def test_maybe_prune_prunes_once_per_interval_unless_forced_and_never_raises_oserror(
-        monkeypatch):
+def test_maybe_prune_prunes_once_per_interval_unless_forced_and_never_raises_oserror(monkeypatch):
     calls = []
 
     def prune():
@@ -175,7 +185,7 @@ def test_maybe_prune_prunes_once_per_interval_unless_forced_and_never_raises_ose
         raise OSError("disk gone")
 
     monkeypatch.setattr(cache, "prune", prune)
-    monkeypatch.setattr(cache, "_pruned_at", None)
+    cache.forget_prunes()
     cache.maybe_prune()
     cache.maybe_prune()
     assert len(calls) == 1
@@ -196,18 +206,26 @@ def test_the_cap_is_in_gigabytes(monkeypatch):
     assert cache.max_bytes() == 5 * 10**8
 
 
-def test_eat_eval_and_start_refuse_a_bad_cap_before_anything_is_written(tmp_path, quick_matmul,
-                                                                      monkeypatch):
+def test_eat_eval_and_start_refuse_a_bad_cap_before_anything_is_written(
+    tmp_path, quick_matmul, monkeypatch
+):
     """One line and exit 2, no workspace made; an evaluation already running never sees it
     (maybe_prune keeps it to itself)."""
     import subprocess
     import sys
 
     env = os.environ | {"EAT_CACHE_MAX_GB": "lots"}
-    for args in (["eval", str(quick_matmul), str(quick_matmul / "baseline.c")],
-                 ["start", str(quick_matmul), "-w", str(tmp_path / "ws")]):
-        done = subprocess.run([sys.executable, "-m", "eat", *args], env=env,
-                              capture_output=True, text=True, timeout=120)
+    for args in (
+        ["eval", str(quick_matmul), str(quick_matmul / "baseline.c")],
+        ["start", str(quick_matmul), "-w", str(tmp_path / "ws")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "eat", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "EAT_CACHE_MAX_GB='lots'" in done.stderr
     assert not (tmp_path / "ws").exists()

@@ -12,8 +12,9 @@ MATMUL = ROOT / "examples" / "cpu_matmul"
 
 
 def eat(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eat", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "eat", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
@@ -31,13 +32,15 @@ def test_missing_target_and_candidate_exit_2(tmp_path):
 
 
 def test_malformed_target_names_file_and_field(tmp_path):
-    (tmp_path / "target.toml").write_text((MATMUL / "target.toml").read_text()
-                                          .replace("rtol = 1e-4", 'rtol = "tight"'))
+    (tmp_path / "target.toml").write_text(
+        (MATMUL / "target.toml").read_text().replace("rtol = 1e-4", 'rtol = "tight"')
+    )
     for f in ("reference.py", "baseline.c"):
         (tmp_path / f).write_text((MATMUL / f).read_text())
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    _one_line_error(eat("eval", str(tmp_path), str(MATMUL / "baseline.c")),
-                    "target.toml", "tolerance.rtol")
+    _one_line_error(
+        eat("eval", str(tmp_path), str(MATMUL / "baseline.c")), "target.toml", "tolerance.rtol"
+    )
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
@@ -57,8 +60,10 @@ def test_eval_baseline_json_is_ok_with_speedup_near_one():
 
 def test_eval_compile_error_exits_1_with_message(tmp_path):
     bad = tmp_path / "bad.c"
-    bad.write_text("void matmul(const float *A, const float *B, float *C, int M, int N, int K)"
-                   " { this is not C }\n")
+    bad.write_text(
+        "void matmul(const float *A, const float *B, float *C, int M, int N, int K)"
+        " { this is not C }\n"
+    )
     done = eat("eval", str(MATMUL), str(bad), "--json")
     assert done.returncode == 1
     ev = json.loads(done.stdout)
@@ -75,10 +80,9 @@ def test_doctor_reports_peaks_as_json():
 
 
 @pytest.mark.parametrize("example", ["cuda_matmul", "rocm_softmax"])
-def test_start_on_a_gpu_target_without_the_gpu_is_one_line_and_writes_nothing(tmp_path,
-                                                                              example):
+def test_start_on_a_gpu_target_without_the_gpu_is_one_line_and_writes_nothing(tmp_path, example):
     """The machines that run the tests have no GPU: the run must not begin (no workspace)."""
-    from eat.runners.base import runner_for
+    from eat.runners import runner_for
     from eat.target import load_target
 
     if runner_for(load_target(ROOT / "examples" / example)).unavailable() is None:
@@ -97,20 +101,35 @@ def test_eval_report_shows_the_arch_and_the_vendor_against_the_baseline_and_the_
     from eat.runners.base import Evaluation, Stat, WorkloadResult
 
     def row(cand, base, vend, gbps, peak):
-        return WorkloadResult(params={"rows": 4096, "cols": 4096}, candidate=Stat(
-            median_s=cand, iqr_s=0, n=30), baseline=Stat(median_s=base, iqr_s=0, n=30),
-            vendor=Stat(median_s=vend, iqr_s=0, n=30), speedup=base / cand, gbps=gbps,
-            peak_fraction=peak)
+        return WorkloadResult(
+            params={"rows": 4096, "cols": 4096},
+            candidate=Stat(median_s=cand, iqr_s=0, n=30),
+            baseline=Stat(median_s=base, iqr_s=0, n=30),
+            vendor=Stat(median_s=vend, iqr_s=0, n=30),
+            speedup=base / cand,
+            gbps=gbps,
+            peak_fraction=peak,
+        )
 
-    ev = Evaluation(status="ok", message="verified and timed", target="cuda_softmax",
-                    runner="cuda", device="cuda:0 NVIDIA H200", arch="sm_90a",
-                    vendor="torch.softmax (PyTorch's CUDA kernel)", speedup=20.0,
-                    vs_vendor=0.5, vendor_speedup=40.0,
-                    workloads=[row(1e-4, 2e-3, 5e-5, 1342.0, 0.33)])
+    ev = Evaluation(
+        status="ok",
+        message="verified and timed",
+        target="cuda_softmax",
+        runner="cuda",
+        device="cuda:0 NVIDIA H200",
+        arch="sm_90a",
+        vendor="torch.softmax (PyTorch's CUDA kernel)",
+        speedup=20.0,
+        vs_vendor=0.5,
+        vendor_speedup=40.0,
+        workloads=[row(1e-4, 2e-3, 5e-5, 1342.0, 0.33)],
+    )
     monkeypatch.setattr(cli, "out", Console(record=True, width=160))
     cli._print_evaluation(ev)
     text = cli.out.export_text()
     assert "cuda:0 NVIDIA H200 (sm_90a)" in text
     assert "vendor % peak" in text and "33%" in text and "66%" in text  # 0.33 * 1e-4 / 5e-5
-    assert ("speedup 20.00x over the baseline, 0.50x the speed of torch.softmax (PyTorch's CUDA "
-            "kernel) (which is 40.00x over the baseline)") in " ".join(text.split())
+    assert (
+        "speedup 20.00x over the baseline, 0.50x the speed of torch.softmax (PyTorch's CUDA "
+        "kernel) (which is 40.00x over the baseline)"
+    ) in " ".join(text.split())

@@ -10,13 +10,13 @@ import threading
 import time
 
 import pytest
-
 from conftest import EXAMPLES
+from fake_runner import FakeRunner
+
 from eat.events import describe
 from eat.run import start_run
 from eat.state import RunState
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
 
 TOTAL = 14
 
@@ -27,8 +27,12 @@ def _start(quick_matmul, ws, workers: int):
     else:  # killed before the workspace existed: nothing to resume yet
         args = ["start", str(quick_matmul), "-w", str(ws), "--max-evals", str(TOTAL)]
     args += ["--workers", str(workers)]
-    return subprocess.Popen([sys.executable, "-m", "eat", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "eat", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _children(pid: int) -> list[int]:
@@ -89,37 +93,38 @@ def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed, work
             time.sleep(0.05)
         assert not [c for c in children if _alive(c)], "checks outlived the killed run"
         if (ws / "history.jsonl").exists():
-            events, _ = Workspace.open(ws).read_events()   # parses, torn tail tolerated
+            events, _ = Workspace.open(ws).read_events()  # parses, torn tail tolerated
             snapshots.append(events)
         proc = _start(quick_matmul, ws, workers)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
 
     final, size = Workspace.open(ws).read_events()
-    assert size == (ws / "history.jsonl").stat().st_size   # no torn tail left behind
+    assert size == (ws / "history.jsonl").stat().st_size  # no torn tail left behind
     evaluated = [e for e in final if e.type == "candidate_evaluated"]
     retimes = [e for e in final if e.type == "elite_retimed"]
-    assert len(evaluated) + len(retimes) == TOTAL                     # re-times spend the budget
+    assert len(evaluated) + len(retimes) == TOTAL  # re-times spend the budget
     assert [e.candidate for e in evaluated] == [f"c{i:04d}" for i in range(1, len(evaluated) + 1)]
     assert len({e.source_hash for e in evaluated}) == len(evaluated)  # none repeated
     by_id = {e.candidate: e for e in evaluated}
-    for snap in snapshots:                                             # none lost
+    for snap in snapshots:  # none lost
         for e in snap:
             if e.type == "candidate_evaluated":
                 assert by_id[e.candidate] == e
     state = RunState.from_events(final)
-    for snap in snapshots:                                             # best never worse
+    for snap in snapshots:  # best never worse
         before = RunState.from_events(snap).best
         if before is not None:
             assert state.best_speedup >= state.candidates[before.cid].estimate
     assert (ws / "best" / "CANDIDATE").read_text().strip().endswith(state.best.cid)
     assert not Workspace.open(ws).is_locked()
-    rows = [line for line in (ws / "EVOLUTION.md").read_text().splitlines()
-            if line.startswith("- `")]
-    assert len(rows) == len([e for e in final if describe(e)])     # rebuilt, then appended
+    rows = [
+        line for line in (ws / "EVOLUTION.md").read_text().splitlines() if line.startswith("- `")
+    ]
+    assert len(rows) == len([e for e in final if describe(e)])  # rebuilt, then appended
     types = [e.type for e in final]
     assert types.count("run_started") == 1 and types[-1] == "run_stopped"
-    assert types.count("run_resumed") >= 2            # the kills did land mid-run
+    assert types.count("run_resumed") >= 2  # the kills did land mid-run
     assert len([s for s in snapshots if any(e.type == "candidate_evaluated" for e in s)]) >= 2
 
 
@@ -146,8 +151,14 @@ def test_a_turn_that_ends_after_ctrl_c_writes_nothing_after_the_stop(tmp_path, w
         if event.type == "run_stopped":
             runner.stopped.set()
 
-    _, stop = start_run(EXAMPLES / "cpu_matmul", tmp_path / "ws", runner=runner,
-                        on_event=seen, max_evals=20, workers=workers)
+    _, stop = start_run(
+        EXAMPLES / "cpu_matmul",
+        tmp_path / "ws",
+        runner=runner,
+        on_event=seen,
+        max_evals=20,
+        workers=workers,
+    )
     for t in threading.enumerate():  # the late turn: let it try to write
         if t.name.startswith("eat-turn-"):
             t.join(30)

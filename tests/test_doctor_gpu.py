@@ -44,10 +44,15 @@ def test_without_nvidia_smi_there_are_no_gpu_peaks(tmp_path, monkeypatch, fresh_
     assert "nvidia-smi not found" in report["gpu_peaks_note"]
 
 
-def test_a_driver_without_gpu_is_reported_and_the_cpu_still_measured(tmp_path, monkeypatch,
-                                                                      fresh_cache):
-    fake_tool(tmp_path / "bin", "nvidia-smi", "echo \"NVIDIA-SMI has failed because it couldn't "
-              "communicate with the NVIDIA driver.\"; exit 9")
+def test_a_driver_without_gpu_is_reported_and_the_cpu_still_measured(
+    tmp_path, monkeypatch, fresh_cache
+):
+    fake_tool(
+        tmp_path / "bin",
+        "nvidia-smi",
+        "echo \"NVIDIA-SMI has failed because it couldn't "
+        'communicate with the NVIDIA driver."; exit 9',
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     report = doctor.machine_report()
     assert report["nvidia_gpu"] is None and report["peak_gflops_gpu"] is None
@@ -95,14 +100,18 @@ def test_gpu_peaks_are_cached_per_gpu_next_to_the_cpu_peaks(tmp_path, monkeypatc
         raise RuntimeError("the peak program failed: no CUDA-capable device is detected")
 
     monkeypatch.setattr(doctor, "measure_gpu_peaks", broken)
-    assert doctor.gpu_peaks(refresh=True) == (None, "the peak program failed: no CUDA-capable "
-                                                    "device is detected")
+    assert doctor.gpu_peaks(refresh=True) == (
+        None,
+        "the peak program failed: no CUDA-capable device is detected",
+    )
     assert doctor.load_peaks("cuda").gflops == 50_004.0  # a failure does not erase the cache
 
 
 def test_parse_gpu_peaks():
     assert doctor.parse_gpu_peaks("device NVIDIA H200\ngbps 4321.0\ngflops 61234.5\n") == (
-        "NVIDIA H200", Peaks(gflops=61234.5, gbps=4321.0))
+        "NVIDIA H200",
+        Peaks(gflops=61234.5, gbps=4321.0),
+    )
     with pytest.raises(RuntimeError, match="unexpected output"):
         doctor.parse_gpu_peaks("device NVIDIA H200\n")
 
@@ -114,8 +123,12 @@ needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not found
 def test_gpu_peak_program_compiles(tmp_path):
     src = tmp_path / "peaks.cu"
     src.write_text(doctor.GPU_PEAKS_CU)
-    done = subprocess.run(["nvcc", "--ptx", "-arch=sm_90", "-o", str(tmp_path / "peaks.ptx"),
-                           str(src)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["nvcc", "--ptx", "-arch=sm_90", "-o", str(tmp_path / "peaks.ptx"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     ptx = (tmp_path / "peaks.ptx").read_text()
     assert "fma.rn.f32" in ptx  # the FMA chain survived optimization
@@ -126,10 +139,12 @@ def test_gpu_peak_program_compiles(tmp_path):
 def test_a_gpu_that_cannot_run_gives_a_reason_not_an_error(tmp_path, monkeypatch, fresh_cache):
     """A listed GPU and the real nvcc: here the program builds and then fails to start (no
     driver); on a machine with a GPU it measures."""
-    fake_tool(tmp_path / "bin", "nvidia-smi", f"echo '{GPU['name']}, {GPU['driver']}, "
-              f"{GPU['uuid']}'")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{Path(shutil.which('nvcc')).parent}:"
-                       "/usr/bin:/bin")
+    fake_tool(
+        tmp_path / "bin", "nvidia-smi", f"echo '{GPU['name']}, {GPU['driver']}, {GPU['uuid']}'"
+    )
+    monkeypatch.setenv(
+        "PATH", f"{tmp_path / 'bin'}:{Path(shutil.which('nvcc')).parent}:/usr/bin:/bin"
+    )
     peaks, why = doctor.gpu_peaks()
     if peaks is None:
         assert "peak program" in why or "nvcc" in why, why
@@ -146,7 +161,8 @@ def test_doctor_names_the_arch_the_gpu_runner_builds_for(monkeypatch, fresh_cach
 
     monkeypatch.setenv(*next(iter(fake_gpu.runtime_env().items())))
     monkeypatch.setattr(doctor, "nvidia_gpus", lambda: ([dict(GPU)], None))
-    monkeypatch.setattr(doctor, "measure_gpu_peaks",
-                        lambda: ("NVIDIA Test", Peaks(gflops=1.0, gbps=1.0)))
+    monkeypatch.setattr(
+        doctor, "measure_gpu_peaks", lambda: ("NVIDIA Test", Peaks(gflops=1.0, gbps=1.0))
+    )
     report = doctor.machine_report()
     assert report["nvidia_gpu"] == "NVIDIA Test" and report["gpu_arch"] == "sm_90a"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eat.runners.base import runner_for
+from eat.runners import runner_for
 from eat.runners.cpu import CpuRunner
 from eat.target import EvalConfig, load_target
 

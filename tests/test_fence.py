@@ -9,7 +9,6 @@ rewritten from the log, a changed cache entry is made again.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,16 +22,28 @@ from eat.runners.sandbox import landlock_abi
 from eat.seal import digest, files_of
 from eat.workspace import Workspace
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(landlock_abi() < 1, reason="needs Landlock (Linux 5.13+)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(landlock_abi() < 1, reason="needs Landlock (Linux 5.13+)"),
+]
 
 SECRET = "held-out-7f3a"
 HONEST = "// eat:cflags -O3 -march=native\n#define LOOP_ORDER IKJ\n"
-ZEROS = ("void matmul(const float *A, const float *B, float *C, int M, int N, int K)\n"
-         "{ for (long i = 0; i < (long)M * N; i++) C[i] = 0; }\n")
-FORGED = json.dumps({"type": "candidate_evaluated", "seq": 9999, "candidate": "c9999",
-                     "team": "coordinate-1", "source_hash": "0", "status": "ok",
-                     "speedup": 999.0})
+ZEROS = (
+    "void matmul(const float *A, const float *B, float *C, int M, int N, int K)\n"
+    "{ for (long i = 0; i < (long)M * N; i++) C[i] = 0; }\n"
+)
+FORGED = json.dumps(
+    {
+        "type": "candidate_evaluated",
+        "seq": 9999,
+        "candidate": "c9999",
+        "team": "coordinate-1",
+        "source_hash": "0",
+        "status": "ok",
+        "speedup": 999.0,
+    }
+)
 
 # Each attempt writes `<name> written|refused` to attacks.log in the agent's worktree; which
 # ones run is $ATTACKS. Then the agent checks and submits its candidate ($CANDIDATE).
@@ -83,8 +94,10 @@ def target(quick_matmul):
     (quick_matmul / "private").mkdir()
     (quick_matmul / "private" / "secret.txt").write_text(SECRET)
     with open(quick_matmul / "reference.py", "a") as f:
-        f.write("\n\nfrom pathlib import Path\n"
-                "assert Path(__file__).with_name('private').joinpath('secret.txt').read_text()\n")
+        f.write(
+            "\n\nfrom pathlib import Path\n"
+            "assert Path(__file__).with_name('private').joinpath('secret.txt').read_text()\n"
+        )
     return quick_matmul
 
 
@@ -93,18 +106,32 @@ def attacked(ws: Path, team: str) -> dict[str, str]:
     return dict(line.split() for line in log.read_text().splitlines()) if log.exists() else {}
 
 
-def run_agent(target, tmp_path, monkeypatch, attacks, *, confine=True, candidate="HONEST",
-              max_evals=2):
+def run_agent(
+    target, tmp_path, monkeypatch, attacks, *, confine=True, candidate="HONEST", max_evals=2
+):
     script = tmp_path / "agent.sh"
     script.write_text(AGENT)
-    for name, value in {"ATTACKS": " ".join(attacks), "T": str(target), "FORGED": FORGED,
-                        "PKG": str(Path(eat.__file__).parent), "CANDIDATE": candidate,
-                        "HONEST": HONEST}.items():
+    for name, value in {
+        "ATTACKS": " ".join(attacks),
+        "T": str(target),
+        "FORGED": FORGED,
+        "PKG": str(Path(eat.__file__).parent),
+        "CANDIDATE": candidate,
+        "HONEST": HONEST,
+    }.items():
         monkeypatch.setenv(name, value)
     ws = tmp_path / "ws"
-    _, stop = start_run(target, ws, agent="command", agent_command=f"sh {script}",
-                        teams=["coordinate", "explorer"], max_evals=max_evals, workers=1,
-                        supervise=False, agents={"confine": confine})  # a turn each, in turn
+    _, stop = start_run(
+        target,
+        ws,
+        agent="command",
+        agent_command=f"sh {script}",
+        teams=["coordinate", "explorer"],
+        max_evals=max_evals,
+        workers=1,
+        supervise=False,
+        agents={"confine": confine},
+    )  # a turn each, in turn
     return ws, stop
 
 
@@ -112,22 +139,48 @@ def honest_eval(target: Path, source: str, tmp_path: Path) -> dict:
     """`eat eval` of `source` against `target` as it is on disk, in a process of its own."""
     file = tmp_path / "judged.c"
     file.write_text(source)
-    done = subprocess.run([sys.executable, "-m", "eat", "eval", str(target), str(file), "--json"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "eat", "eval", str(target), str(file), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return json.loads(done.stdout)
 
 
-def test_a_fenced_agent_changes_nothing_but_its_worktree(target, tmp_path, monkeypatch,
-                                                         eat_cache_dir):
+def test_a_fenced_agent_changes_nothing_but_its_worktree(
+    target, tmp_path, monkeypatch, eat_cache_dir
+):
     before = digest(files_of(target))
-    everything = ["reference", "baseline", "history", "best", "config", "learning", "worktree",
-                  "package", "cache", "private"]
+    everything = [
+        "reference",
+        "baseline",
+        "history",
+        "best",
+        "config",
+        "learning",
+        "worktree",
+        "package",
+        "cache",
+        "private",
+    ]
     ws, stop = run_agent(target, tmp_path, monkeypatch, everything)
     assert stop.code == "max_evals"
     first, second = attacked(ws, "coordinate-1"), attacked(ws, "explorer-2")
     assert set(first.values()) == set(second.values()) == {"refused"}
-    assert {"reference", "baseline", "history", "package", "inputs", "builds", "private",
-            "sealed", "key", "config", "learning"} <= first.keys()
+    assert {
+        "reference",
+        "baseline",
+        "history",
+        "package",
+        "inputs",
+        "builds",
+        "private",
+        "sealed",
+        "key",
+        "config",
+        "learning",
+    } <= first.keys()
     assert {"best", "worktree"} <= second.keys()  # there was a best and another worktree then
     assert digest(files_of(target)) == before
     assert not list(Path(eat.__file__).parent.glob(".fence-probe-*"))
@@ -149,11 +202,14 @@ def _where(ws: Path, cid: str) -> tuple[str, str]:
     return folder.parent.parent.name, cid
 
 
-def test_unfenced_the_writes_land_and_eat_catches_what_would_lie(target, tmp_path,
-                                                                 monkeypatch):
-    ws, stop = run_agent(target, tmp_path, monkeypatch,
-                         ["history", "best", "worktree", "package", "cache", "private"],
-                         confine=False)
+def test_unfenced_the_writes_land_and_eat_catches_what_would_lie(target, tmp_path, monkeypatch):
+    ws, stop = run_agent(
+        target,
+        tmp_path,
+        monkeypatch,
+        ["history", "best", "worktree", "package", "cache", "private"],
+        confine=False,
+    )
     pkg = Path(eat.__file__).parent
     try:
         assert stop.code == "max_evals"
@@ -161,7 +217,9 @@ def test_unfenced_the_writes_land_and_eat_catches_what_would_lie(target, tmp_pat
         assert set(first.values()) == set(second.values()) == {"written"}
         assert {"best", "worktree"} <= second.keys()
         assert sorted(p.name for p in pkg.glob(".fence-probe-*")) == [
-            ".fence-probe-coordinate-1", ".fence-probe-explorer-2"]
+            ".fence-probe-coordinate-1",
+            ".fence-probe-explorer-2",
+        ]
         assert SECRET in (ws / "worktrees" / "coordinate-1" / "leaked.txt").read_text()
     finally:
         for probe in pkg.glob(".fence-probe-*"):
@@ -178,9 +236,17 @@ def test_unfenced_the_writes_land_and_eat_catches_what_would_lie(target, tmp_pat
 
 
 def test_unfenced_a_rewritten_reference_stops_the_run_instead_of_a_zeros_kernel_winning(
-        target, tmp_path, monkeypatch):
-    ws, stop = run_agent(target, tmp_path, monkeypatch, ["reference", "baseline"],
-                         confine=False, candidate=ZEROS.replace("\n", "\\n"), max_evals=1)
+    target, tmp_path, monkeypatch
+):
+    ws, stop = run_agent(
+        target,
+        tmp_path,
+        monkeypatch,
+        ["reference", "baseline"],
+        confine=False,
+        candidate=ZEROS.replace("\n", "\\n"),
+        max_evals=1,
+    )
     assert attacked(ws, "coordinate-1") == {"reference": "written", "baseline": "written"}
     assert stop.code == "target_changed"
     (changed,) = [e for e in Workspace.open(ws).read_events()[0] if e.type == "target_changed"]
@@ -188,6 +254,5 @@ def test_unfenced_a_rewritten_reference_stops_the_run_instead_of_a_zeros_kernel_
     st = run_status(ws)
     assert st["stopped"] == "target_changed" and st["best_speedup"] is None
     pristine = tmp_path / "pristine"
-    subprocess.run(["cp", "-r", str(ws / ".eat" / "sealed" / "target"), str(pristine)],
-                   check=True)
+    subprocess.run(["cp", "-r", str(ws / ".eat" / "sealed" / "target"), str(pristine)], check=True)
     assert honest_eval(pristine, ZEROS, tmp_path)["status"] == "incorrect"

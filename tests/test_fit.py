@@ -10,7 +10,7 @@ import pytest
 from eat.errors import BadInput
 from eat.formats.common import fitted
 from eat.formats.kernelbench import import_kernelbench
-from eat.runners.base import runner_for
+from eat.runners import runner_for
 from eat.target import load_target
 
 ELEMENTWISE = '''import torch
@@ -34,7 +34,7 @@ def get_init_inputs():
     return []
 '''
 
-MATMUL = '''import torch
+MATMUL = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -51,9 +51,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-GROUPED_CONV = '''import torch
+GROUPED_CONV = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -76,7 +76,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [channels, kernel_size, groups]
-'''
+"""
 
 
 def problem(tmp_path, name: str, text: str):
@@ -88,8 +88,9 @@ def problem(tmp_path, name: str, text: str):
 
 def reference(tmp_path, name: str, text: str) -> tuple[str, dict]:
     """The reference an import writes for the problem, and its published workload."""
-    t = load_target(import_kernelbench(problem(tmp_path, name, text), tmp_path / name[:-3],
-                                       "cpu", "published"))
+    t = load_target(
+        import_kernelbench(problem(tmp_path, name, text), tmp_path / name[:-3], "cpu", "published")
+    )
     return t.path("reference.py").read_text(), t.workloads[0]
 
 
@@ -104,7 +105,8 @@ def test_an_import_for_the_cpu_fits_a_gpu_sized_problem_and_says_so(tmp_path):
     assert "--sizes published" in header
     small = problem(tmp_path, "20_Small.py", ELEMENTWISE.format(batch=16, dim=256))
     assert load_target(import_kernelbench(small, tmp_path / "small", "cpu")).workloads == [
-        {"batch_size": 16, "dim": 256}]  # what fits is kept as published
+        {"batch_size": 16, "dim": 256}
+    ]  # what fits is kept as published
     assert "the published ones fit" in (tmp_path / "small" / "target.toml").read_text()
     with pytest.raises(BadInput, match="sizes are fitted to the CPU only"):
         import_kernelbench(src, tmp_path / "gpu", "cuda", "fit")
@@ -129,20 +131,31 @@ def test_fitting_halves_the_largest_size_a_model_allows(tmp_path):
 
 def test_a_problem_that_does_not_run_is_a_clear_error(tmp_path):
     broken = ELEMENTWISE.format(batch=4, dim=8).replace(
-        "return [torch.rand(batch_size, dim)]", "raise ValueError('no inputs today')")
-    with pytest.raises(BadInput, match=r"3_Broken.py: on the CPU, get_inputs\(\) failed: "
-                                       "ValueError: no inputs today"):
+        "return [torch.rand(batch_size, dim)]", "raise ValueError('no inputs today')"
+    )
+    with pytest.raises(
+        BadInput,
+        match=r"3_Broken.py: on the CPU, get_inputs\(\) failed: "
+        "ValueError: no inputs today",
+    ):
         import_kernelbench(problem(tmp_path, "3_Broken.py", broken), tmp_path / "b", "cpu")
     assert not (tmp_path / "b").exists()
-    no_build = ELEMENTWISE.format(batch=4, dim=8).replace("super().__init__()",
-                                                          "super().__init__(); self.w = bogus")
-    with pytest.raises(BadInput, match="on the CPU, its Model does not build: NameError: "
-                                       "name 'bogus' is not defined"):
+    no_build = ELEMENTWISE.format(batch=4, dim=8).replace(
+        "super().__init__()", "super().__init__(); self.w = bogus"
+    )
+    with pytest.raises(
+        BadInput,
+        match="on the CPU, its Model does not build: NameError: name 'bogus' is not defined",
+    ):
         import_kernelbench(problem(tmp_path, "4_NoBuild.py", no_build), tmp_path / "n", "cpu")
     gpu_only = ELEMENTWISE.format(batch=4, dim=8).replace(
-        "return torch.relu(x)", "torch.cuda.synchronize()\n        return torch.relu(x)")
-    with pytest.raises(BadInput, match=r"on the CPU, its forward failed: .*CUDA.*"
-                                       r"\(it needs a GPU: import it with --runner cuda\)"):
+        "return torch.relu(x)", "torch.cuda.synchronize()\n        return torch.relu(x)"
+    )
+    with pytest.raises(
+        BadInput,
+        match=r"on the CPU, its forward failed: .*CUDA.*"
+        r"\(it needs a GPU: import it with --runner cuda\)",
+    ):
         import_kernelbench(problem(tmp_path, "5_GpuOnly.py", gpu_only), tmp_path / "g", "cpu")
 
 
@@ -154,8 +167,9 @@ def test_a_300_mb_input_evaluates_on_the_cpu_fitted_and_as_published(tmp_path):
     cfg = None
     for sizes in ("fit", "published"):
         target = load_target(import_kernelbench(src, tmp_path / sizes, "cpu", sizes))
-        cfg = target.evaluation.model_copy(update={
-            "seeds": 1, "warmup": 1, "min_repeats": 3, "max_repeats": 3, "pool_mb": 64})
+        cfg = target.evaluation.model_copy(
+            update={"seeds": 1, "warmup": 1, "min_repeats": 3, "max_repeats": 3, "pool_mb": 64}
+        )
         ev = runner_for(target).evaluate(target, target.baseline_source(), config=cfg)
         assert ev.status == "ok", (sizes, ev.message)
         assert 0.5 < ev.speedup < 2  # the reference judged against itself
@@ -168,15 +182,22 @@ def test_the_suite_sweep_imports_and_judges_every_problem_of_a_checkout(tmp_path
     import subprocess
     import sys
     from pathlib import Path
+
     level = tmp_path / "kb" / "level1"
     level.mkdir(parents=True)
     (level / "1_Relu.py").write_text(ELEMENTWISE.format(batch=64, dim=4096))
-    (level / "2_Broken.py").write_text(ELEMENTWISE.format(batch=4, dim=8).replace(
-        "return [torch.rand(batch_size, dim)]", "raise ValueError('no inputs today')"))
+    (level / "2_Broken.py").write_text(
+        ELEMENTWISE.format(batch=4, dim=8).replace(
+            "return [torch.rand(batch_size, dim)]", "raise ValueError('no inputs today')"
+        )
+    )
     suite = Path(__file__).resolve().parents[1] / "bench" / "suite.py"
-    done = subprocess.run([sys.executable, str(suite), "kernelbench", str(tmp_path / "kb"),
-                           "--level", "1", "--json"], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(suite), "kernelbench", str(tmp_path / "kb"), "--level", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stderr  # not every problem is ok
     report = json.loads(done.stdout)
     assert (report["ok"], report["total"]) == (1, 2)
@@ -186,7 +207,7 @@ def test_the_suite_sweep_imports_and_judges_every_problem_of_a_checkout(tmp_path
     assert broken["import"] == "failed" and "no inputs today" in broken["message"]
 
 
-HINGE = '''import torch
+HINGE = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -205,7 +226,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_tuple_elements_are_sizes_and_sizes_that_must_match_are_halved_together(tmp_path):
@@ -213,20 +234,26 @@ def test_tuple_elements_are_sizes_and_sizes_that_must_match_are_halved_together(
     broadcasts batch x dim against batch, so neither can be halved alone: both are, together."""
     src = problem(tmp_path, "100_Hinge.py", HINGE)
     published = load_target(import_kernelbench(src, tmp_path / "pub", "cpu", "published"))
-    assert published.workloads == [{"batch_size": 8192, "input_shape_0": 8192,
-                                    "kernel_size_0": 3, "kernel_size_1": 5}]
+    assert published.workloads == [
+        {"batch_size": 8192, "input_shape_0": 8192, "kernel_size_0": 3, "kernel_size_1": 5}
+    ]
     ref, params = reference(tmp_path, "100_Hinge.py", HINGE)
     fit, _ = fitted(ref, params, tmp_path, max_bytes=16 << 20, max_call_s=1e9)
     # 2048 x 2048 floats are 16 MiB, and the targets a little more: 1024, kernel sizes kept
-    assert fit == {"batch_size": 1024, "input_shape_0": 1024, "kernel_size_0": 3,
-                   "kernel_size_1": 5}
+    assert fit == {
+        "batch_size": 1024,
+        "input_shape_0": 1024,
+        "kernel_size_0": 3,
+        "kernel_size_1": 5,
+    }
     target = load_target(import_kernelbench(src, tmp_path / "fit", "cpu"))
     assert target.workloads[0]["batch_size"] == target.workloads[0]["input_shape_0"] < 8192
     assert verdict_ok(target)
 
 
 def verdict_ok(target) -> bool:
-    cfg = target.evaluation.model_copy(update={
-        "seeds": 1, "warmup": 1, "min_repeats": 3, "max_repeats": 3})
+    cfg = target.evaluation.model_copy(
+        update={"seeds": 1, "warmup": 1, "min_repeats": 3, "max_repeats": 3}
+    )
     ev = runner_for(target).evaluate(target, target.baseline_source(), config=cfg)
     return ev.status == "ok"

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eat.runners import inputs, native, sets
-from eat.runners.base import HarnessError, runner_for
+from eat.runners import inputs, native, runner_for, sets
+from eat.runners.base import HarnessError
 from eat.runners.cpu import CpuRunner
 from eat.target import EvalConfig, load_target
 
@@ -29,7 +29,7 @@ QUICK = EvalConfig(seeds=1, warmup=1, min_repeats=5, max_repeats=8, budget_s=0.2
 def own_cache(tmp_path, monkeypatch):
     """A cache of this test's own, and no input sets remembered from other tests."""
     monkeypatch.setenv("EAT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(sets, "_SETS", {})
+    sets.forget()
 
 
 def _sets(tmp_path: Path) -> list[Path]:
@@ -57,7 +57,7 @@ def test_sets_are_made_once_and_remade_when_the_target_changes(tmp_path):
     assert CpuRunner().evaluate(load_target(kit), baseline, config=QUICK).status == "ok"
     (first,) = _sets(tmp_path)
     made = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
-    sets._SETS.clear()  # as a new process would start
+    sets.forget()  # as a new process would start
     assert CpuRunner().evaluate(load_target(kit), baseline, config=QUICK).status == "ok"
     assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == made
     ref = kit / "reference.py"
@@ -110,7 +110,7 @@ def test_a_set_changed_on_disk_is_made_again(tmp_path, how):
     for later_process in (False, True):
         _change(victim, how)
         if later_process:
-            sets._SETS.clear()
+            sets.forget()
         ev = runner.evaluate(kit, baseline, config=QUICK)
         assert ev.ok, ev.message
         assert victim.read_bytes() == made
@@ -168,8 +168,10 @@ def test_a_workload_whose_sets_exceed_the_room_gets_seeds_not_files(tmp_path):
     cfg = {"seeds": 2, "warmup": 1, "max_repeats": 3, "pool_mb": 1}
 
     def make(wi, seed):  # workload 1's set is 1 MiB, workload 0's 16 bytes
-        return {"inputs": {"x": np.full(4 if wi == 0 else 1 << 18, seed, np.float32)},
-                "expected": {}}
+        return {
+            "inputs": {"x": np.full(4 if wi == 0 else 1 << 18, seed, np.float32)},
+            "expected": {},
+        }
 
     made = inputs.prepare(folder, cfg, 2, make, room=1 << 20)
     small, big = made["workloads"]
@@ -177,9 +179,11 @@ def test_a_workload_whose_sets_exceed_the_room_gets_seeds_not_files(tmp_path):
     assert big["generate"] == {"verify": [0, 1], "time": [inputs.TIMED_SEED0]}  # 1 MiB: pool 1
     assert big["bytes"] == 1 << 20 and "verify" not in big
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        name for mode in ("verify", "time") for name, _ in small[mode])
-    sets = inputs.workload_sets({"sets": made | {"dir": str(folder)}, "mode": "verify"}, 1,
-                                lambda seed: make(1, seed))
+        name for mode in ("verify", "time") for name, _ in small[mode]
+    )
+    sets = inputs.workload_sets(
+        {"sets": made | {"dir": str(folder)}, "mode": "verify"}, 1, lambda seed: make(1, seed)
+    )
     assert isinstance(sets, inputs.MadeSets) and [s["inputs"]["x"][0] for s in sets.sets] == [0, 1]
 
 
@@ -222,8 +226,11 @@ def test_a_python_targets_set_changed_on_disk_is_made_again(tmp_path):
     pytest.importorskip("torch")
     kit = tmp_path / "double"
     kit.mkdir()
-    for name, text in (("target.toml", TORCH_TOML), ("reference.py", TORCH_REFERENCE),
-                       ("baseline.py", "def double(x):\n    return 2 * x\n")):
+    for name, text in (
+        ("target.toml", TORCH_TOML),
+        ("reference.py", TORCH_REFERENCE),
+        ("baseline.py", "def double(x):\n    return 2 * x\n"),
+    ):
         (kit / name).write_text(textwrap.dedent(text))
     target = load_target(kit)
     runner = runner_for(target)
@@ -276,8 +283,12 @@ def test_the_anchor_outlives_the_runner_and_is_dropped_when_the_vendor_changes(t
 def test_the_anchor_counts_what_loading_the_vendor_costs():
     """A vendor whose calls are cheaper but whose loading (torch's import, say) costs more than
     the baseline's calls would take is not the anchor."""
-    timed = [{"baseline": {"median_s": 1e-3, "iqr_s": 0.0, "n": 30},
-              "vendor": {"median_s": 1e-5, "iqr_s": 0.0, "n": 30}}] * 4
+    timed = [
+        {
+            "baseline": {"median_s": 1e-3, "iqr_s": 0.0, "n": 30},
+            "vendor": {"median_s": 1e-5, "iqr_s": 0.0, "n": 30},
+        }
+    ] * 4
     assert native.Anchor.measure(timed, 32, vendor_load_s=0.0).kind == "vendor"
     assert native.Anchor.measure(timed, 32, vendor_load_s=3.0).kind == "baseline"
 
@@ -289,8 +300,11 @@ def test_a_vendor_that_cannot_load_is_left_out(tmp_path):
     shutil.copytree(ROOT / "examples" / "cpu_matmul", kit)
     (kit / "vendor.py").write_text("import eat_no_such_module\n")
     toml = kit / "target.toml"
-    toml.write_text(toml.read_text().replace('file = "reference.py"\nfunction = "vendor"',
-                                             'file = "vendor.py"\nfunction = "vendor"'))
+    toml.write_text(
+        toml.read_text().replace(
+            'file = "reference.py"\nfunction = "vendor"', 'file = "vendor.py"\nfunction = "vendor"'
+        )
+    )
     target = load_target(kit)
     assert target.vendor.file == "vendor.py"
     ev = CpuRunner().evaluate(target, target.baseline_source(), config=QUICK)
@@ -321,16 +335,24 @@ class _Stub:
 
     label, sets = "stub", [None] * 200
 
-    def load(self, i): pass
-    def check_inputs(self, i, when): pass
-    def check_outputs(self, i, tol, when): pass
+    def load(self, i):
+        pass
+
+    def check_inputs(self, i, when):
+        pass
+
+    def check_outputs(self, i, tol, when):
+        pass
 
 
 class _Clock:
     """A timer whose calls report the time they return: no clock, no noise but what is given."""
 
-    def flush(self): pass
-    def time(self, call): return call()
+    def flush(self):
+        pass
+
+    def time(self, call):
+        return call()
 
 
 def test_a_baseline_already_timed_precisely_is_timed_no_more():
@@ -340,12 +362,17 @@ def test_a_baseline_already_timed_precisely_is_timed_no_more():
 
     from eat.runners import harness
 
-    job = {"config": QUICK.model_dump() | {"min_repeats": 30, "max_repeats": 60,
-                                           "budget_s": 60.0, "target_rse": 0.01},
-           "tolerance": {"rtol": 1e-3, "atol": 0.0}}
+    job = {
+        "config": QUICK.model_dump()
+        | {"min_repeats": 30, "max_repeats": 60, "budget_s": 60.0, "target_rse": 0.01},
+        "tolerance": {"rtol": 1e-3, "atol": 0.0},
+    }
     noisy = cycle([1.0, 1.5, 0.7, 1.3])
-    impls = {"candidate": lambda w: lambda: next(noisy), "baseline": lambda w: lambda: 2.0,
-             "vendor": lambda w: lambda: next(noisy)}
+    impls = {
+        "candidate": lambda w: lambda: next(noisy),
+        "baseline": lambda w: lambda: 2.0,
+        "vendor": lambda w: lambda: next(noisy),
+    }
     res = harness.time_all(job, [_Stub()], impls, _Clock(), watch_others=False)
     (timed,) = res["workloads"]
     assert timed["baseline"]["n"] == harness.REFERENCE_MIN
@@ -361,14 +388,15 @@ def test_a_later_process_finds_the_sets_without_asking_the_reference(tmp_path, m
     assert runner.evaluate(kit, baseline, config=QUICK).ok
     started = []
     real_run = native.sandbox.run
-    monkeypatch.setattr(native.sandbox, "run", lambda cmd, **kw: started.append(cmd[-1])
-                        or real_run(cmd, **kw))
-    monkeypatch.setattr(sets, "_SETS", {})
+    monkeypatch.setattr(
+        native.sandbox, "run", lambda cmd, **kw: started.append(cmd[-1]) or real_run(cmd, **kw)
+    )
+    sets.forget()
     assert runner.evaluate(kit, baseline, config=QUICK).ok
     assert "eat.runners.inputs" not in started
     (folder,) = _sets(tmp_path)
     next(folder.glob("w0-s0.set")).touch()  # a new ctime: not the file that was made
-    monkeypatch.setattr(sets, "_SETS", {})
+    sets.forget()
     assert runner.evaluate(kit, baseline, config=QUICK).ok
     assert "eat.runners.inputs" in started
 
@@ -393,9 +421,11 @@ def test_an_anchor_is_kept_per_workload_list(tmp_path):
         shutil.copytree(ROOT / "examples" / "cpu_matmul", kit)
         toml = kit / "target.toml"
         text = toml.read_text()
-        text = text[:text.index("[[workloads]]")] + "".join(
-            f"[[workloads]]\nM = {n}\nN = {n}\nK = {n}\n\n" for n in rows) + \
-            text[text.index("[tolerance]"):]
+        text = (
+            text[: text.index("[[workloads]]")]
+            + "".join(f"[[workloads]]\nM = {n}\nN = {n}\nK = {n}\n\n" for n in rows)
+            + text[text.index("[tolerance]") :]
+        )
         toml.write_text(text)
         kits.append(load_target(kit))
     a, b = kits

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import fake_gpu
 import pytest
 
-import fake_gpu
 from eat.cache import inputs_dir
 from eat.formats.kernelbench import import_kernelbench
 from eat.runners import sandbox
@@ -41,8 +41,10 @@ def _set_files() -> list[Path]:
 
 def _made_in_the_harness(ev, workloads: int) -> None:
     pool = QUICK.warmup + QUICK.max_repeats  # as many as the pool holds (pool_mb)
-    assert ev.detail["input_sets"] == [{"verify": QUICK.seeds, "timed": pool, "made": "harness"}] \
-        * workloads, ev.detail
+    assert (
+        ev.detail["input_sets"]
+        == [{"verify": QUICK.seeds, "timed": pool, "made": "harness"}] * workloads
+    ), ev.detail
     assert _set_files() == []  # nothing of them was written
 
 
@@ -52,11 +54,14 @@ def test_the_cpu_harness_makes_sets_too_large_for_the_cache(small_cache):
     ev = runner.evaluate(kit, kit.baseline_source(), config=QUICK)
     assert ev.status == "ok", ev.message
     _made_in_the_harness(ev, len(kit.workloads))
-    assert runner.evaluate(kit, (KITS / "cpu" / "wrong.c").read_text(),
-                           config=QUICK).status == "incorrect"
+    assert (
+        runner.evaluate(kit, (KITS / "cpu" / "wrong.c").read_text(), config=QUICK).status
+        == "incorrect"
+    )
     # A second look at the same sets (a manifest kept beside them) still writes none.
-    assert runner.evaluate(kit, (KITS / "cpu" / "faster.c").read_text(),
-                           config=QUICK).status == "ok"
+    assert (
+        runner.evaluate(kit, (KITS / "cpu" / "faster.c").read_text(), config=QUICK).status == "ok"
+    )
     assert _set_files() == []
 
 
@@ -71,7 +76,7 @@ def test_a_gpu_sized_set_is_made_on_the_fake_device_not_written(small_cache):
     assert wrong.status == "incorrect"
 
 
-RELU = '''import torch
+RELU = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -89,10 +94,10 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 # Patches torch at import, after which a reference made lazily would agree with it.
-PATCHES_THE_REFERENCE = '''import torch
+PATCHES_THE_REFERENCE = """import torch
 import torch.nn as nn
 
 torch.relu = lambda x: torch.zeros_like(x)
@@ -100,14 +105,15 @@ torch.relu = lambda x: torch.zeros_like(x)
 class ModelNew(nn.Module):
     def forward(self, x):
         return torch.relu(x)
-'''
+"""
 
 
 def test_python_sets_are_made_before_the_candidate_loads(small_cache, tmp_path):
     pytest.importorskip("torch")
     (tmp_path / "19_Relu.py").write_text(RELU)
-    target = load_target(import_kernelbench(tmp_path / "19_Relu.py", tmp_path / "relu", "cpu",
-                                            "published"))
+    target = load_target(
+        import_kernelbench(tmp_path / "19_Relu.py", tmp_path / "relu", "cpu", "published")
+    )
     runner = PythonRunner("cpu", "pytorch")
     ev = runner.evaluate(target, target.baseline_source(), config=QUICK)
     assert ev.status == "ok", ev.message
@@ -126,9 +132,17 @@ def test_limits_grow_with_what_the_sets_hold_and_cost():
     assert got.address_space_bytes == 8000 + 6 * 100 + 6 * 1000
     # making 3 sets and 3 calls at 2 s, 3 calls at 0.5 s, each counted twice over
     assert got.wall_s == 60 + 2 * 0.5 * 3 + 2 * 2.0 * 6 and got.cpu_s == 120 + 27
-    timed = grown(sandbox.Limits(address_space_bytes=None, data_bytes=8000),
-                  {"workloads": [made]}, cfg, "time")
+    timed = grown(
+        sandbox.Limits(address_space_bytes=None, data_bytes=8000),
+        {"workloads": [made]},
+        cfg,
+        "time",
+    )
     assert timed.address_space_bytes is None and timed.data_bytes == 8000 + 4 * 1000
     assert sets_detail({"workloads": [files]}, cfg) == {}  # every set it wants, from the cache
-    assert sets_detail({"workloads": [files, made]}, cfg) == {"input_sets": [
-        {"verify": 3, "timed": 10, "made": "cache"}, {"verify": 3, "timed": 1, "made": "harness"}]}
+    assert sets_detail({"workloads": [files, made]}, cfg) == {
+        "input_sets": [
+            {"verify": 3, "timed": 10, "made": "cache"},
+            {"verify": 3, "timed": 1, "made": "harness"},
+        ]
+    }

@@ -29,8 +29,11 @@ from eat.target import Target, eval_expr, load_target
 TESTS = Path(__file__).resolve().parent
 EXAMPLES_DIR = TESTS.parent / "examples"
 # The examples in CUDA C++ and HIP (cuda_triton_softmax has tests/test_triton_example.py).
-GPU_EXAMPLES = sorted(p.parent for p in EXAMPLES_DIR.glob("*/target.toml")
-                      if re.search(r'^language\s*=\s*"(cuda|hip)"', p.read_text(), re.M))
+GPU_EXAMPLES = sorted(
+    p.parent
+    for p in EXAMPLES_DIR.glob("*/target.toml")
+    if re.search(r'^language\s*=\s*"(cuda|hip)"', p.read_text(), re.M)
+)
 CUDA = [p for p in GPU_EXAMPLES if p.name.startswith("cuda_")]
 HIP = [p for p in GPU_EXAMPLES if p.name.startswith("rocm_")]
 SUFFIX = {"cuda": ".cu", "hip": ".hip"}
@@ -38,14 +41,16 @@ SUFFIX = {"cuda": ".cu", "hip": ".hip"}
 # Knob combinations beyond one knob at a time: the largest blocks and tiles, the smallest groups.
 CORNERS = {
     "cuda_matmul": [{"TILE": 32, "WPT": 8, "UNROLL": 16}, {"TILE": 8, "WPT": 8, "UNROLL": 2}],
-    "cuda_softmax": [{"ROW_THREADS": 1024, "BLOCK": 128, "VEC": 4, "ONLINE": 1},
-                     {"ROW_THREADS": 8, "BLOCK": 1024, "VEC": 2, "ONLINE": 1},
-                     # The row in registers (ROW_REGS × ROW_THREADS floats at most), next to
-                     # rows too long for them (EMU_SHAPES' 1030 columns: the passes again).
-                     {"ROW_THREADS": 32, "BLOCK": 128, "VEC": 4, "ROW_REGS": 32},
-                     {"ROW_THREADS": 8, "BLOCK": 256, "VEC": 4, "ROW_REGS": 16, "ONLINE": 1},
-                     {"ROW_THREADS": 1024, "BLOCK": 1024, "VEC": 2, "ROW_REGS": 8},
-                     {"ROW_THREADS": 1, "BLOCK": 128, "VEC": 1, "ROW_REGS": 32}],
+    "cuda_softmax": [
+        {"ROW_THREADS": 1024, "BLOCK": 128, "VEC": 4, "ONLINE": 1},
+        {"ROW_THREADS": 8, "BLOCK": 1024, "VEC": 2, "ONLINE": 1},
+        # The row in registers (ROW_REGS × ROW_THREADS floats at most), next to
+        # rows too long for them (EMU_SHAPES' 1030 columns: the passes again).
+        {"ROW_THREADS": 32, "BLOCK": 128, "VEC": 4, "ROW_REGS": 32},
+        {"ROW_THREADS": 8, "BLOCK": 256, "VEC": 4, "ROW_REGS": 16, "ONLINE": 1},
+        {"ROW_THREADS": 1024, "BLOCK": 1024, "VEC": 2, "ROW_REGS": 8},
+        {"ROW_THREADS": 1, "BLOCK": 128, "VEC": 1, "ROW_REGS": 32},
+    ],
 }
 CORNERS["rocm_softmax"] = CORNERS["cuda_softmax"]
 
@@ -53,11 +58,18 @@ CORNERS["rocm_softmax"] = CORNERS["cuda_softmax"]
 # multiples of nothing, single elements, rows shorter and longer than a block; `True` moves every
 # buffer 4 bytes off its alignment, so vector loads must fall back to scalar ones.
 EMU_SHAPES = {
-    "cuda_matmul": [(dict(M=37, N=45, K=29), False), (dict(M=70, N=33, K=130), False),
-                    (dict(M=1, N=1, K=1), False)],
-    "cuda_softmax": [(dict(rows=3, cols=333), False), (dict(rows=6, cols=64), False),
-                     (dict(rows=6, cols=64), True), (dict(rows=2, cols=1030), False),
-                     (dict(rows=2, cols=1), False)],
+    "cuda_matmul": [
+        (dict(M=37, N=45, K=29), False),
+        (dict(M=70, N=33, K=130), False),
+        (dict(M=1, N=1, K=1), False),
+    ],
+    "cuda_softmax": [
+        (dict(rows=3, cols=333), False),
+        (dict(rows=6, cols=64), False),
+        (dict(rows=6, cols=64), True),
+        (dict(rows=2, cols=1030), False),
+        (dict(rows=2, cols=1), False),
+    ],
 }
 EMU_SHAPES["rocm_softmax"] = EMU_SHAPES["cuda_softmax"]
 
@@ -92,6 +104,7 @@ def flags(target: Target, source: str) -> list[str]:
 def run_all(jobs: dict[str, list[str]], cwd: Path, env: dict | None = None) -> dict[str, str]:
     """Run each command (two at a time: the machine has two cores); label -> output, for those
     that failed or printed a warning."""
+
     def one(item):
         label, cmd = item
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
@@ -113,6 +126,7 @@ def write_sources(target: Target, tmp: Path, suffix: str) -> dict[str, Path]:
 
 # -- the targets ---------------------------------------------------------------------------------
 
+
 def test_gpu_examples_exist():
     assert {"cuda_matmul", "cuda_softmax", "rocm_softmax"} <= {p.name for p in GPU_EXAMPLES}
 
@@ -123,8 +137,7 @@ def test_gpu_example_loads(folder: Path):
     assert (target.runner, target.language) in {("cuda", "cuda"), ("rocm", "hip")}
     assert target.baseline.file.endswith(SUFFIX[target.language])
     assert target.flops or target.bytes
-    assert all(target.metric("flops" if target.flops else "bytes", w) > 0
-               for w in target.workloads)
+    assert all(target.metric("flops" if target.flops else "bytes", w) > 0 for w in target.workloads)
     assert len(target.workloads) >= 3 and target.knobs
     source = target.baseline_source()
     assert re.search(rf'extern "C" void {target.entry.name}\(', source)
@@ -145,23 +158,29 @@ def test_tuned_candidate_is_the_baseline_with_knobs_set(folder: Path):
     text = tuned_file(target).read_text()
     knobs = dict(re.findall(r"^#define (\w+) (\S+)$", text, re.M))
     knobs = {k: int(v) if v.isdigit() else v for k, v in knobs.items() if k in target.knobs}
-    knobs |= {name: " ".join(CFLAGS_LINE.findall(text)).strip()
-              for name, k in target.knobs.items() if k.kind == "cflags"}
+    knobs |= {
+        name: " ".join(CFLAGS_LINE.findall(text)).strip()
+        for name, k in target.knobs.items()
+        if k.kind == "cflags"
+    }
     for name, value in knobs.items():
         assert value in target.knobs[name].values, (name, value)
     rendered = render(target, knobs)
     assert text.endswith(rendered)
-    assert all(line.startswith("//") for line in text[:-len(rendered)].splitlines())
+    assert all(line.startswith("//") for line in text[: -len(rendered)].splitlines())
     assert knobs != {n: k.values[0] for n, k in target.knobs.items()}
 
 
 # -- the references --------------------------------------------------------------------------------
 
+
 def _reference(name: str):
     target = load_target(EXAMPLES_DIR / name)
     namespace: dict = {}
-    exec(compile(target.path(target.reference.file).read_text(), target.reference.file, "exec"),
-         namespace)
+    exec(
+        compile(target.path(target.reference.file).read_text(), target.reference.file, "exec"),
+        namespace,
+    )
     return target, namespace
 
 
@@ -192,8 +211,11 @@ def test_softmax_reference_and_inputs(name: str):
 
 # -- the vendors ----------------------------------------------------------------------------------
 
-VENDOR_MATH = {"cuda_matmul": "torch.matmul", "cuda_softmax": "torch.softmax",
-               "rocm_softmax": "torch.softmax"}
+VENDOR_MATH = {
+    "cuda_matmul": "torch.matmul",
+    "cuda_softmax": "torch.softmax",
+    "rocm_softmax": "torch.softmax",
+}
 
 
 @pytest.mark.parametrize("folder", GPU_EXAMPLES, ids=lambda p: p.name)
@@ -204,8 +226,9 @@ def test_gpu_example_declares_a_vendor(folder: Path):
     target = load_target(folder)
     assert target.vendor and VENDOR_MATH[folder.name].split(".")[1] in target.vendor.name
     tree = ast.parse(target.path(target.vendor.file).read_text())
-    fn = next(n for n in tree.body
-              if isinstance(n, ast.FunctionDef) and n.name == target.vendor.function)
+    fn = next(
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == target.vendor.function
+    )
     assert [a.arg for a in fn.args.args] == [a.name for a in target.args]
     assert VENDOR_MATH[folder.name] in ast.unparse(fn)
     assert target.vendor.file != target.reference.file
@@ -216,8 +239,9 @@ def _vendor_on_the_cpu(folder: Path):
     """The example's vendor module with its buffers on the CPU instead of the GPU."""
     pytest.importorskip("torch")
     target = load_target(folder)
-    spec = importlib.util.spec_from_file_location(f"vendor_{folder.name}",
-                                                  target.path(target.vendor.file))
+    spec = importlib.util.spec_from_file_location(
+        f"vendor_{folder.name}", target.path(target.vendor.file)
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.DEVICE = "cpu"
@@ -236,8 +260,9 @@ def test_softmax_vendor_matches_the_reference_on_the_cpu(name: str):
     Y = np.full_like(X, np.nan)
     for _ in range(2):  # the second call reuses the tensors made for these buffers
         vendor(X=X, Y=Y, rows=16, cols=333)
-    np.testing.assert_allclose(Y, ns[target.reference.function](X, 16, 333),
-                               rtol=target.tolerance.rtol)
+    np.testing.assert_allclose(
+        Y, ns[target.reference.function](X, 16, 333), rtol=target.tolerance.rtol
+    )
 
 
 def test_matmul_vendor_is_fp32_and_matches_the_reference_on_the_cpu():
@@ -252,14 +277,16 @@ def test_matmul_vendor_is_fp32_and_matches_the_reference_on_the_cpu():
     A, B = (rng.random(s, dtype=np.float32) * 2 - 1 for s in ((37, 29), (29, 45)))
     C = np.full((37, 45), np.nan, np.float32)
     vendor(A=A, B=B, C=C, M=37, N=45, K=29)
-    np.testing.assert_allclose(C, ns[target.reference.function](A, B, 37, 45, 29),
-                               rtol=target.tolerance.rtol, atol=1e-6)
+    np.testing.assert_allclose(
+        C, ns[target.reference.function](A, B, 37, 45, 29), rtol=target.tolerance.rtol, atol=1e-6
+    )
 
 
 def _timing_fidelity():
     """bench/timing_fidelity.py (bench/ is no package)."""
     spec = importlib.util.spec_from_file_location(
-        "timing_fidelity", TESTS.parent / "bench" / "timing_fidelity.py")
+        "timing_fidelity", TESTS.parent / "bench" / "timing_fidelity.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -267,8 +294,10 @@ def _timing_fidelity():
 
 # -- compiling -------------------------------------------------------------------------------------
 
-needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not found on PATH: the "
-                                "CUDA examples are only loaded and run in the CPU emulation")
+needs_nvcc = pytest.mark.skipif(
+    not shutil.which("nvcc"),
+    reason="nvcc not found on PATH: the CUDA examples are only loaded and run in the CPU emulation",
+)
 
 
 @needs_nvcc
@@ -278,9 +307,18 @@ def test_cuda_variants_compile(folder: Path, tmp_path: Path):
     limits), each variant with its own flags, without a warning."""
     target = load_target(folder)
     paths = write_sources(target, tmp_path, ".cu")
-    jobs = {label: ["nvcc", "-arch=sm_90", "--cubin", *flags(target, path.read_text()),
-                    "-o", str(path.with_suffix(".cubin")), str(path)]
-            for label, path in paths.items()}
+    jobs = {
+        label: [
+            "nvcc",
+            "-arch=sm_90",
+            "--cubin",
+            *flags(target, path.read_text()),
+            "-o",
+            str(path.with_suffix(".cubin")),
+            str(path),
+        ]
+        for label, path in paths.items()
+    }
     failed = run_all(jobs, tmp_path)
     assert not failed, "\n".join(f"{k}: {v[:1000]}" for k, v in failed.items())
 
@@ -292,18 +330,33 @@ def test_cuda_baseline_and_tuned_build_as_the_runner_builds(folder: Path, tmp_pa
     tuned candidate's kernel keeps its accumulators in registers."""
     target = load_target(folder)
     for label in ("baseline", "tuned"):
-        source = (target.baseline_source() if label == "baseline"
-                  else tuned_file(target).read_text())
+        source = target.baseline_source() if label == "baseline" else tuned_file(target).read_text()
         src, lib = tmp_path / f"{label}.cu", tmp_path / f"{label}.so"
         src.write_text(source)
-        done = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90",
-                               "-Xptxas", "-v", *flags(target, source), "-o", str(lib), str(src)],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                "nvcc",
+                "-shared",
+                "-Xcompiler",
+                "-fPIC",
+                "-arch=sm_90",
+                "-Xptxas",
+                "-v",
+                *flags(target, source),
+                "-o",
+                str(lib),
+                str(src),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert " 0 bytes spill stores" in done.stderr, done.stderr
         if shutil.which("nm"):
-            symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)],
-                                     capture_output=True, text=True).stdout
+            symbols = subprocess.run(
+                ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True
+            ).stdout
             assert re.search(rf"\bT {target.entry.name}$", symbols, re.M), symbols
 
 
@@ -317,21 +370,37 @@ def test_softmax_row_in_registers_builds_without_spills(tmp_path: Path):
     for regs in target.knobs["ROW_REGS"].values[1:]:
         for threads, block in [(32, 256), (128, 256), (1024, 1024)]:
             label = f"ROW_REGS={regs} ROW_THREADS={threads}"
-            source = render(target, {"ROW_REGS": regs, "ROW_THREADS": threads, "BLOCK": block,
-                                     "VEC": 4, "ONLINE": 1})
+            source = render(
+                target,
+                {"ROW_REGS": regs, "ROW_THREADS": threads, "BLOCK": block, "VEC": 4, "ONLINE": 1},
+            )
             src = tmp_path / f"r{regs}_{threads}.cu"
             src.write_text(source)
-            jobs[label] = ["nvcc", "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared",
-                           "-arch=sm_90a", "-Xptxas=-v", *flags(target, source),
-                           "-o", str(src.with_suffix(".so")), str(src)]
+            jobs[label] = [
+                "nvcc",
+                "-shared",
+                "-Xcompiler",
+                "-fPIC",
+                "-cudart",
+                "shared",
+                "-arch=sm_90a",
+                "-Xptxas=-v",
+                *flags(target, source),
+                "-o",
+                str(src.with_suffix(".so")),
+                str(src),
+            ]
 
     def spills(item):
         label, cmd = item
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         kernels = re.findall(r"Compiling entry function '(\w+)'", done.stderr)
         # A stack frame would be the array in local memory, spilled or not.
-        if done.returncode or len(kernels) != 2 or \
-                done.stderr.count(" 0 bytes stack frame, 0 bytes spill stores") != 2:
+        if (
+            done.returncode
+            or len(kernels) != 2
+            or done.stderr.count(" 0 bytes stack frame, 0 bytes spill stores") != 2
+        ):
             return f"{label}: {done.stderr[-1500:]}"
         return None
 
@@ -350,12 +419,17 @@ def test_timing_fidelity_wrapper_builds(folder: Path, tmp_path: Path):
     source = fidelity.repeated(target, fidelity.tuned(target), 2)
     src, obj = tmp_path / "twice.cu", tmp_path / "twice.o"
     src.write_text(source)
-    done = subprocess.run(["nvcc", "-c", "-arch=sm_90", *flags(target, source), "-o", str(obj),
-                           str(src)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["nvcc", "-c", "-arch=sm_90", *flags(target, source), "-o", str(obj), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     if shutil.which("nm"):
-        symbols = subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True,
-                                 text=True).stdout
+        symbols = subprocess.run(
+            ["nm", "--defined-only", str(obj)], capture_output=True, text=True
+        ).stdout
         for name in (target.entry.name, f"eat_once_{target.entry.name}"):
             assert re.search(rf"\bT {name}$", symbols, re.M), (name, symbols)
 
@@ -366,14 +440,24 @@ def test_hip_variants_compile(folder: Path, tmp_path: Path):
     """hipcc for an AMD GPU (build.arch, else gfx90a, which every ROCm since 4 knows)."""
     target = load_target(folder)
     if not shutil.which("hipcc"):
-        pytest.skip("hipcc not found on PATH: the HIP example is only loaded and run in the CPU "
-                    "emulation")
+        pytest.skip(
+            "hipcc not found on PATH: the HIP example is only loaded and run in the CPU emulation"
+        )
     env = os.environ | {"HIP_PLATFORM": "amd"}  # hipcc picks nvcc when it sees one otherwise
     paths = write_sources(target, tmp_path, ".hip")
     arch = target.build.arch or "gfx90a"
-    jobs = {label: ["hipcc", f"--offload-arch={arch}", "-c", *flags(target, path.read_text()),
-                    "-o", str(path.with_suffix(".o")), str(path)]
-            for label, path in paths.items()}
+    jobs = {
+        label: [
+            "hipcc",
+            f"--offload-arch={arch}",
+            "-c",
+            *flags(target, path.read_text()),
+            "-o",
+            str(path.with_suffix(".o")),
+            str(path),
+        ]
+        for label, path in paths.items()
+    }
     failed = run_all(jobs, tmp_path, env)
     assert not failed, "\n".join(f"{k}: {v[:1000]}" for k, v in failed.items())
 
@@ -400,7 +484,7 @@ def call(lib, target: Target, ref: dict, params: dict, misalign: bool) -> Mismat
             continue
         shape = tuple(int(eval_expr(d, params)) for d in target.shapes[a.name])
         size = int(np.prod(shape))
-        buf = np.empty(size + 1, np.float32)[int(misalign):][:size].reshape(shape)
+        buf = np.empty(size + 1, np.float32)[int(misalign) :][:size].reshape(shape)
         if a.const:
             buf[...] = made.get(a.name, rng.random(shape) * 2 - 1)
             inputs[a.name] = buf
@@ -411,12 +495,12 @@ def call(lib, target: Target, ref: dict, params: dict, misalign: bool) -> Mismat
     getattr(lib, target.entry.name)(*(values[a.name] for a in target.args))
     want = ref[target.reference.function](**{k: v.copy() for k, v in inputs.items()}, **params)
     (out,) = outputs.values()
-    return compare(out, np.asarray(want, out.dtype), target.tolerance.rtol,
-                   target.tolerance.atol)
+    return compare(out, np.asarray(want, out.dtype), target.tolerance.rtol, target.tolerance.atol)
 
 
-@pytest.mark.skipif(not shutil.which("g++"), reason="g++ not found: the kernels cannot be "
-                    "emulated on the CPU")
+@pytest.mark.skipif(
+    not shutil.which("g++"), reason="g++ not found: the kernels cannot be emulated on the CPU"
+)
 @pytest.mark.parametrize("folder", GPU_EXAMPLES, ids=lambda p: p.name)
 def test_variants_compute_right_on_the_cpu(folder: Path, tmp_path: Path):
     target = load_target(folder)
@@ -425,9 +509,21 @@ def test_variants_compute_right_on_the_cpu(folder: Path, tmp_path: Path):
     for i, (label, source) in enumerate(variants(target, cflags=False).items()):
         paths[label] = tmp_path / f"v{i}.cpp"
         paths[label].write_text(emulated(source))
-    jobs = {label: ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-include",
-                    str(TESTS / "gpu_emu.h"), str(path), "-o", str(path.with_suffix(".so"))]
-            for label, path in paths.items()}
+    jobs = {
+        label: [
+            "g++",
+            "-std=c++20",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-include",
+            str(TESTS / "gpu_emu.h"),
+            str(path),
+            "-o",
+            str(path.with_suffix(".so")),
+        ]
+        for label, path in paths.items()
+    }
     failed = run_all(jobs, tmp_path)
     assert not failed, "\n".join(f"{k}: {v[:1000]}" for k, v in failed.items())
     wrong = []
@@ -465,8 +561,9 @@ SMALL_WORKLOADS = {
 }
 
 
-@pytest.mark.skipif(not shutil.which("g++"), reason="g++ not found: the kernels cannot be "
-                    "emulated on the CPU")
+@pytest.mark.skipif(
+    not shutil.which("g++"), reason="g++ not found: the kernels cannot be emulated on the CPU"
+)
 @pytest.mark.parametrize("folder", CUDA, ids=lambda p: p.name)
 def test_tuned_candidate_evaluates_ok_through_the_gpu_runner(folder: Path, tmp_path: Path):
     """The GPU runner's whole pipeline (build, verify with poison and seeds, time) on the example
@@ -476,13 +573,20 @@ def test_tuned_candidate_evaluates_ok_through_the_gpu_runner(folder: Path, tmp_p
     import tomllib
 
     import fake_gpu
+
     from eat.runners.gpu import GpuRunner
     from eat.target import EvalConfig
 
     compiler = tmp_path / "emu-gpucc"
-    compiler.write_text(_EMU_GPUCC.format(
-        python=sys.executable, launch=_LAUNCH.pattern, include=_GPU_INCLUDE.pattern,
-        gpucc=str(fake_gpu.COMPILER), header=str(TESTS / "gpu_emu.h")))
+    compiler.write_text(
+        _EMU_GPUCC.format(
+            python=sys.executable,
+            launch=_LAUNCH.pattern,
+            include=_GPU_INCLUDE.pattern,
+            gpucc=str(fake_gpu.COMPILER),
+            header=str(TESTS / "gpu_emu.h"),
+        )
+    )
     compiler.chmod(0o755)
     data = tomllib.loads((folder / "target.toml").read_text())
     data["workloads"] = SMALL_WORKLOADS[folder.name]
@@ -490,11 +594,14 @@ def test_tuned_candidate_evaluates_ok_through_the_gpu_runner(folder: Path, tmp_p
     data.pop("vendor")  # torch on a GPU: the fake device has none (test_vendor_* below)
     target = Target.model_validate(data | {"root": folder})
     runner = GpuRunner("cuda", runtime=str(fake_gpu.build_runtime("cuda")))
-    quick = EvalConfig(seeds=2, warmup=1, min_repeats=3, max_repeats=3, budget_s=0.05,
-                       timeout_s=120)
+    quick = EvalConfig(
+        seeds=2, warmup=1, min_repeats=3, max_repeats=3, budget_s=0.05, timeout_s=120
+    )
     fidelity = _timing_fidelity()
-    for what, source in [("tuned", tuned_file(target).read_text()),
-                         ("2x", fidelity.repeated(target, fidelity.tuned(target), 2))]:
+    for what, source in [
+        ("tuned", tuned_file(target).read_text()),
+        ("2x", fidelity.repeated(target, fidelity.tuned(target), 2)),
+    ]:
         ev = runner.evaluate(target, source, config=quick)
         assert ev.status == "ok", (what, ev.message, ev.compile_log[-2000:])
         assert len(ev.workloads) == len(SMALL_WORKLOADS[folder.name]) and ev.speedup > 0

@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
+import fake_gpu
 import numpy as np
 import pytest
 
-import fake_gpu
 from eat.errors import RunnerUnavailable
 from eat.runners import gpu
 from eat.runners.gpu import GpuRunner
@@ -99,8 +99,9 @@ def test_real_cuda_runtime_without_a_gpu_says_why():
     info = describe("cuda")
     if "reason" not in info:
         pytest.skip(f"this machine has a CUDA device: {info['name']}")
-    assert info["reason"].startswith(("no CUDA device: cudaGetDeviceCount failed: ",
-                                      "cannot load the CUDA runtime: "))
+    assert info["reason"].startswith(
+        ("no CUDA device: cudaGetDeviceCount failed: ", "cannot load the CUDA runtime: ")
+    )
 
 
 # -- unavailable() and the probe ----------------------------------------------------------------
@@ -108,16 +109,19 @@ def test_real_cuda_runtime_without_a_gpu_says_why():
 
 def test_unavailable_names_a_missing_compiler(fake_rt, target):
     no_cc = target.model_copy(update={"build": Build(compiler="no-such-nvcc")})
-    assert GpuRunner("cuda", runtime=fake_rt).unavailable(no_cc) == \
-        "CUDA compiler 'no-such-nvcc' not found on PATH"
+    assert (
+        GpuRunner("cuda", runtime=fake_rt).unavailable(no_cc)
+        == "CUDA compiler 'no-such-nvcc' not found on PATH"
+    )
 
 
 def test_unavailable_names_a_missing_runtime_and_a_missing_device(target):
     missing = GpuRunner("cuda", runtime="/no/such/libcudart.so").unavailable(target)
     assert missing.startswith("cannot load the CUDA runtime: /no/such/libcudart.so")
     no_device = GpuRunner("cuda", runtime=str(fake_gpu.build_runtime("no_device")))
-    assert no_device.unavailable(target) == ("no CUDA device: cudaGetDeviceCount failed: "
-                                             "no CUDA-capable device is detected (error 100)")
+    assert no_device.unavailable(target) == (
+        "no CUDA device: cudaGetDeviceCount failed: no CUDA-capable device is detected (error 100)"
+    )
     assert no_device.device == "cuda:0 (unavailable)"
 
 
@@ -144,12 +148,28 @@ def test_compile_commands(fake_rt, target):
     src = Path("/w/candidate.cu")
     cuda = target.model_copy(update={"build": Build(compiler="nvcc", arch="sm_90a")})
     assert GpuRunner("cuda", runtime=fake_rt).compile_command(cuda, src, ["-O3"]) == [
-        "nvcc", "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-arch=sm_90a", "-O3", "-o",
-        "/w/candidate.so", "/w/candidate.cu"]
+        "nvcc",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-cudart",
+        "shared",
+        "-arch=sm_90a",
+        "-O3",
+        "-o",
+        "/w/candidate.so",
+        "/w/candidate.cu",
+    ]
     rocm = target.model_copy(update={"build": Build(arch="gfx942")})
     assert GpuRunner("rocm").compile_command(rocm, src.with_suffix(".hip"), []) == [
-        "hipcc", "-shared", "-fPIC", "--offload-arch=gfx942", "-o", "/w/candidate.so",
-        "/w/candidate.hip"]
+        "hipcc",
+        "-shared",
+        "-fPIC",
+        "--offload-arch=gfx942",
+        "-o",
+        "/w/candidate.so",
+        "/w/candidate.hip",
+    ]
 
 
 # -- the arch: the device's (from the probe), unless the target names one ------------------------
@@ -166,15 +186,18 @@ def test_probe_reports_what_the_arch_comes_from(fake_rt):
 NVCC13 = [75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121]  # its --list-gpu-arch
 
 
-@pytest.mark.parametrize("cc, accepted, known, arch", [
-    ((9, 0), {"sm_90a", "sm_90"}, NVCC13, "sm_90a"),    # H100, H200: wgmma and TMA
-    ((10, 0), {"sm_100a", "sm_100"}, NVCC13, "sm_100a"),  # B200
-    ((9, 0), {"sm_90"}, NVCC13, "sm_90"),               # an nvcc without arch-specific targets
-    ((8, 6), {"sm_86", "sm_86a"}, NVCC13, "sm_86"),     # no `a` before 9.0
-    ((13, 0), set(), NVCC13, "compute_121"),            # newer than nvcc: PTX, JIT at load
-    ((7, 0), set(), NVCC13, "sm_70"),                   # older than nvcc: nvcc says so
-    ((9, 0), set(), [], "sm_90"),                       # a compiler that cannot tell
-])
+@pytest.mark.parametrize(
+    "cc, accepted, known, arch",
+    [
+        ((9, 0), {"sm_90a", "sm_90"}, NVCC13, "sm_90a"),  # H100, H200: wgmma and TMA
+        ((10, 0), {"sm_100a", "sm_100"}, NVCC13, "sm_100a"),  # B200
+        ((9, 0), {"sm_90"}, NVCC13, "sm_90"),  # an nvcc without arch-specific targets
+        ((8, 6), {"sm_86", "sm_86a"}, NVCC13, "sm_86"),  # no `a` before 9.0
+        ((13, 0), set(), NVCC13, "compute_121"),  # newer than nvcc: PTX, JIT at load
+        ((7, 0), set(), NVCC13, "sm_70"),  # older than nvcc: nvcc says so
+        ((9, 0), set(), [], "sm_90"),  # a compiler that cannot tell
+    ],
+)
 def test_cuda_arch_from_the_compute_capability(cc, accepted, known, arch):
     assert gpu.cuda_arch(*cc, accepts=accepted.__contains__, known=lambda: known) == arch
 
@@ -220,19 +243,25 @@ def test_real_nvcc_knows_the_arch_specific_targets(fake_rt, target):
     assert gpu.nvcc_accepts.cache_info().hits == hits + 1
 
 
-@pytest.mark.parametrize("name, flags, refused", [
-    ("cuda", "-O3 -use_fast_math -maxrregcount=64 -Xptxas=-v,-O3 -lineinfo -std=c++17 -DT=32",
-     None),
-    ("cuda", "-O3 --ftz=true -Xcompiler=-march=native --expt-relaxed-constexpr", None),
-    ("cuda", "-O3 -arch=sm_80", "-arch=sm_80"),  # the architecture is the target's
-    ("cuda", "--compiler-bindir=/tmp/evil", "--compiler-bindir=/tmp/evil"),
-    ("cuda", "-Xcompiler=-fplugin=/tmp/x.so", "-Xcompiler=-fplugin=/tmp/x.so"),
-    ("cuda", "-I/etc", "-I/etc"),
-    ("cuda", "-Xptxas -v", "-Xptxas"),  # values go with '='
-    ("rocm", "-O3 -ffast-math -munsafe-fp-atomics -std=c++17", None),
-    ("rocm", "-fplugin=/tmp/x.so", "-fplugin=/tmp/x.so"),
-    ("rocm", "--offload-arch=gfx90a", "--offload-arch=gfx90a"),
-])
+@pytest.mark.parametrize(
+    "name, flags, refused",
+    [
+        (
+            "cuda",
+            "-O3 -use_fast_math -maxrregcount=64 -Xptxas=-v,-O3 -lineinfo -std=c++17 -DT=32",
+            None,
+        ),
+        ("cuda", "-O3 --ftz=true -Xcompiler=-march=native --expt-relaxed-constexpr", None),
+        ("cuda", "-O3 -arch=sm_80", "-arch=sm_80"),  # the architecture is the target's
+        ("cuda", "--compiler-bindir=/tmp/evil", "--compiler-bindir=/tmp/evil"),
+        ("cuda", "-Xcompiler=-fplugin=/tmp/x.so", "-Xcompiler=-fplugin=/tmp/x.so"),
+        ("cuda", "-I/etc", "-I/etc"),
+        ("cuda", "-Xptxas -v", "-Xptxas"),  # values go with '='
+        ("rocm", "-O3 -ffast-math -munsafe-fp-atomics -std=c++17", None),
+        ("rocm", "-fplugin=/tmp/x.so", "-fplugin=/tmp/x.so"),
+        ("rocm", "--offload-arch=gfx90a", "--offload-arch=gfx90a"),
+    ],
+)
 def test_candidate_flags(name, flags, refused):
     got, why = GpuRunner(name).flags(f"// eat:cflags {flags}\n", "-O2")
     assert got == flags.split()
@@ -288,8 +317,12 @@ def test_real_hipcc_builds_a_hip_candidate(tmp_path):
 @pytest.mark.parametrize("source", sorted(p.name for p in CUDA_KIT.glob("*.cu")))
 def test_cuda_kit_compiles_to_ptx(source, tmp_path):
     """Every real kernel of the cuda kit is valid CUDA (sm_90); only syntax_error is not."""
-    done = subprocess.run(["nvcc", "--ptx", "-arch=sm_90", "-o", str(tmp_path / "out.ptx"),
-                           str(CUDA_KIT / source)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["nvcc", "--ptx", "-arch=sm_90", "-o", str(tmp_path / "out.ptx"), str(CUDA_KIT / source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if source == "syntax_error.cu":
         assert done.returncode != 0 and "accumulator" in done.stdout + done.stderr
     else:
@@ -357,9 +390,12 @@ def test_rocm_runner_on_the_fake_hip_runtime(tmp_path):
     for f in ("reference.py", "baseline.cu"):
         shutil.copy(FAKE_KIT / f, tmp_path / f.replace(".cu", ".hip"))
     toml = (FAKE_KIT / "target.toml").read_text()
-    toml = toml.replace('runner = "cuda"', 'runner = "rocm"').replace(
-        'language = "cuda"', 'language = "hip"').replace("baseline.cu", "baseline.hip").replace(
-        "../../../fake_gpu/fake-gpucc", str(fake_gpu.COMPILER))
+    toml = (
+        toml.replace('runner = "cuda"', 'runner = "rocm"')
+        .replace('language = "cuda"', 'language = "hip"')
+        .replace("baseline.cu", "baseline.hip")
+        .replace("../../../fake_gpu/fake-gpucc", str(fake_gpu.COMPILER))
+    )
     (tmp_path / "target.toml").write_text(toml)
     target = load_target(tmp_path)
     runner = GpuRunner("rocm", runtime=str(fake_gpu.build_runtime("hip")))
@@ -377,9 +413,14 @@ def test_eval_on_a_cuda_target_without_a_gpu_exits_2_with_one_line():
     if "reason" not in describe("cuda"):
         pytest.skip("this machine has a CUDA device")
     env = {k: v for k, v in os.environ.items() if k != ENV}
-    done = subprocess.run([sys.executable, "-m", "eat", "eval", str(CUDA_KIT),
-                           str(CUDA_KIT / "baseline.cu")], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "eat", "eval", str(CUDA_KIT), str(CUDA_KIT / "baseline.cu")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "cuda" in lines[0], done.stderr
@@ -387,6 +428,7 @@ def test_eval_on_a_cuda_target_without_a_gpu_exits_2_with_one_line():
 
 
 # -- the harness's device checks ----------------------------------------------------------------
+
 
 def test_device_checks_agree_with_the_host_comparison(fake_rt, runner, target, tmp_path):
     """device_check.cu's kernels, as the runner builds them (here by fake-gpucc, which runs
@@ -403,8 +445,11 @@ def test_device_checks_agree_with_the_host_comparison(fake_rt, runner, target, t
         ref = (rng.standard_normal(3001) * 100).astype(dtype)
         slack = atol + rtol * float(np.abs(ref).mean(dtype=np.float64))
         bound = np.abs(ref) * dtype(rtol) + dtype(slack)
-        cases = {"equal": ref.copy(), "within": ref + bound * dtype(0.999),
-                 "at the bound": ref + bound}
+        cases = {
+            "equal": ref.copy(),
+            "within": ref + bound * dtype(0.999),
+            "at the bound": ref + bound,
+        }
         off = ref.copy()
         off[[3, 1000, 3000]] += dtype(1.0)
         nan = ref.copy()
@@ -416,8 +461,7 @@ def test_device_checks_agree_with_the_host_comparison(fake_rt, runner, target, t
             out = np.ascontiguousarray(out, dtype=dtype)
             far = checks.far(out.ctypes.data, ref.ctypes.data, out.size, out.dtype, rtol, slack)
             assert (far == 0) == _close_fast(out, ref, rtol, atol), (dtype, name, far)
-        assert checks.far(off.ctypes.data, ref.ctypes.data, off.size, off.dtype, rtol,
-                          slack) == 3
+        assert checks.far(off.ctypes.data, ref.ctypes.data, off.size, off.dtype, rtol, slack) == 3
     ints = np.arange(10, dtype=np.int32)
     assert checks.far(ints.ctypes.data, ints.ctypes.data, 10, ints.dtype, rtol, atol) is None
     a = rng.integers(0, 255, 4099, dtype=np.uint8)

@@ -61,7 +61,7 @@ def get_init_inputs():
     return [in_features, out_features]
 '''
 
-KB_SOLUTION = '''
+KB_SOLUTION = """
 import torch
 import torch.nn as nn
 
@@ -73,13 +73,13 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return torch.addmm(self.linear.bias, x, self.linear.weight.t()).clamp_min_(0)
-'''
+"""
 
 KB_WRONG = KB_SOLUTION.replace(".clamp_min_(0)", "")
 
 # ---- GPU MODE: a task folder (helpers one level up, as in reference-kernels) ----------------
 
-GM_UTILS = '''
+GM_UTILS = """
 import torch
 
 
@@ -87,9 +87,9 @@ def make_match_reference(reference, **kwargs):
     def check(data, output):
         return torch.allclose(output, reference(data), **kwargs), ""
     return check
-'''
+"""
 
-GM_TASK_YML = '''
+GM_TASK_YML = """
 # name: grayscale-py
 files:
   - {"name": "submission.py", "source": "@SUBMISSION@"}
@@ -109,17 +109,17 @@ benchmarks:
   - {"size": 48, "seed": 1002, "scale": "half"}
   - {"size": 48, "seed": 1003, "scale": "half"}
 ranking_by: "geom"
-'''
+"""
 
-GM_TASK = '''
+GM_TASK = """
 from typing import TypeVar
 import torch
 
 input_t = TypeVar("input_t", bound=tuple[torch.Tensor, torch.Tensor])
 output_t = TypeVar("output_t", bound=torch.Tensor)
-'''
+"""
 
-GM_REFERENCE = '''
+GM_REFERENCE = """
 from utils import make_match_reference
 import torch
 from task import input_t, output_t
@@ -143,9 +143,9 @@ def generate_input(size: int, scale: str, seed: int) -> input_t:
 
 
 check_implementation = make_match_reference(ref_kernel, rtol=1e-4, atol=1e-4)
-'''
+"""
 
-GM_SUBMISSION = '''
+GM_SUBMISSION = """
 from task import input_t, output_t
 import torch
 
@@ -155,9 +155,9 @@ def custom_kernel(data: input_t) -> output_t:
     w = torch.tensor([0.2989, 0.5870, 0.1140], device=rgb.device, dtype=rgb.dtype)
     out[...] = (rgb * w).sum(dim=-1)
     return out
-'''
+"""
 
-GM_SOLUTION = '''
+GM_SOLUTION = """
 from task import input_t, output_t
 import torch
 
@@ -166,13 +166,13 @@ def custom_kernel(data: input_t) -> output_t:
     rgb, out = data
     torch.matmul(rgb, torch.tensor([0.2989, 0.5870, 0.1140], dtype=rgb.dtype), out=out)
     return out
-'''
+"""
 
 GM_WRONG = GM_SOLUTION.replace("0.1140", "0.2140")
 
 # ---- FlashInfer-Bench: a definition, two workloads, a DPS solution -------------------------
 
-FI_REFERENCE = '''import torch
+FI_REFERENCE = """import torch
 
 EPS = 1e-6
 
@@ -182,37 +182,53 @@ def run(hidden_states, weight, scale):
     x = hidden_states.to(torch.float32)
     rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
     return (x * rstd * weight.to(torch.float32) * scale).to(hidden_states.dtype)
-'''
+"""
 
 FI_DEFINITION = {
-    "name": "rmsnorm_h64", "op_type": "rmsnorm",
+    "name": "rmsnorm_h64",
+    "op_type": "rmsnorm",
     "description": "RMSNorm over the hidden dimension, times a scale.",
     "axes": {"batch_size": {"type": "var"}, "hidden_size": {"type": "const", "value": 64}},
-    "inputs": {"hidden_states": {"shape": ["batch_size", "hidden_size"], "dtype": "float32"},
-               "weight": {"shape": ["hidden_size"], "dtype": "float32"},
-               "scale": {"shape": None, "dtype": "float32"}},
+    "inputs": {
+        "hidden_states": {"shape": ["batch_size", "hidden_size"], "dtype": "float32"},
+        "weight": {"shape": ["hidden_size"], "dtype": "float32"},
+        "scale": {"shape": None, "dtype": "float32"},
+    },
     "outputs": {"output": {"shape": ["batch_size", "hidden_size"], "dtype": "float32"}},
     "reference": FI_REFERENCE,
 }
 
 FI_WORKLOADS = [
-    {"definition": "rmsnorm_h64",
-     "workload": {"uuid": "w-0", "axes": {"batch_size": 4},
-                  "inputs": {"hidden_states": {"type": "random"}, "weight": {"type": "random"},
-                             "scale": {"type": "random"}}}},
-    {"definition": "rmsnorm_h64",
-     "workload": {"uuid": "w-1", "axes": {"batch_size": 7},
-                  "inputs": {"scale": {"type": "scalar", "value": 0.5}}}},
+    {
+        "definition": "rmsnorm_h64",
+        "workload": {
+            "uuid": "w-0",
+            "axes": {"batch_size": 4},
+            "inputs": {
+                "hidden_states": {"type": "random"},
+                "weight": {"type": "random"},
+                "scale": {"type": "random"},
+            },
+        },
+    },
+    {
+        "definition": "rmsnorm_h64",
+        "workload": {
+            "uuid": "w-1",
+            "axes": {"batch_size": 7},
+            "inputs": {"scale": {"type": "scalar", "value": 0.5}},
+        },
+    },
 ]
 
-FI_SOLUTION = '''
+FI_SOLUTION = """
 import torch
 
 
 def run(hidden_states, weight, scale, output):
     x = hidden_states
     output.copy_(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * (weight * scale))
-'''
+"""
 
 FI_WRONG = FI_SOLUTION.replace("+ 1e-6", "+ 1.0")
 
@@ -242,8 +258,9 @@ def gm_task(tmp_path):
     return _gm_task(tmp_path / "src")
 
 
-def _fi_files(folder: Path, definition: dict = FI_DEFINITION,
-              workloads: list = FI_WORKLOADS) -> tuple[Path, Path]:
+def _fi_files(
+    folder: Path, definition: dict = FI_DEFINITION, workloads: list = FI_WORKLOADS
+) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     d, w = folder / "rmsnorm_h64.json", folder / "rmsnorm_h64.jsonl"
     d.write_text(json.dumps(definition, indent=2))
@@ -280,8 +297,7 @@ def _leaves(value) -> list:
 def _equal(a, b) -> bool:
     """The tensors in `a` and in `b` are equal, one for one."""
     a, b = _leaves(a), _leaves(b)
-    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y)
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
 
 
 def verdict(target_dir: Path, candidate: Path, folder: Path, seeds: int = 2) -> str:
@@ -310,8 +326,11 @@ def verdict(target_dir: Path, candidate: Path, folder: Path, seeds: int = 2) -> 
                 before = [t.clone() for t in _leaves(args)]
                 ref_args = copy.deepcopy(args)
                 want = _leaves(fn(*ref_args))
-                written = [i for i, (a, b) in enumerate(zip(_leaves(ref_args), before))
-                           if not torch.equal(a, b)]
+                written = [
+                    i
+                    for i, (a, b) in enumerate(zip(_leaves(ref_args), before))
+                    if not torch.equal(a, b)
+                ]
                 want += [_leaves(ref_args)[i] for i in written]
                 cand_args = copy.deepcopy(args)
                 for i in written:
@@ -322,15 +341,21 @@ def verdict(target_dir: Path, candidate: Path, folder: Path, seeds: int = 2) -> 
                 if not _equal(kept, [t for i, t in enumerate(before) if i not in written]):
                     return f"an input changed ({params}, seed {seed})"
                 if len(got) != len(want) or not all(
-                        g.shape == w.shape and torch.allclose(g, w, rtol=tol.rtol, atol=tol.atol)
-                        for g, w in zip(got, want)):
+                    g.shape == w.shape and torch.allclose(g, w, rtol=tol.rtol, atol=tol.atol)
+                    for g, w in zip(got, want)
+                ):
                     return f"wrong output ({params}, seed {seed})"
     return "ok"
 
 
 def eat(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eat", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "eat", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
@@ -341,18 +366,22 @@ def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
         assert w in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("source, want", [
-    ("x = torch.ones(2, device='cuda')\n", 'x = torch.ones(2, device="cpu")\n'),
-    ('g = torch.Generator(device="cuda:1")\n', 'g = torch.Generator(device="cpu")\n'),
-    ("y = x.cuda()  # 'cuda'\n", "y = x.cpu()  # 'cuda'\n"),
-    ("torch.cuda.synchronize()\nname = 'cudagraph'\n", None),
-    ("x.cuda(0)\n", None),
-])
+@pytest.mark.parametrize(
+    "source, want",
+    [
+        ("x = torch.ones(2, device='cuda')\n", 'x = torch.ones(2, device="cpu")\n'),
+        ('g = torch.Generator(device="cuda:1")\n', 'g = torch.Generator(device="cpu")\n'),
+        ("y = x.cuda()  # 'cuda'\n", "y = x.cpu()  # 'cuda'\n"),
+        ("torch.cuda.synchronize()\nname = 'cudagraph'\n", None),
+        ("x.cuda(0)\n", None),
+    ],
+)
 def test_on_cpu_renames_only_device_names(source, want):
     assert on_cpu(source) == (source if want is None else want)
 
 
 # ---- KernelBench ---------------------------------------------------------------------------
+
 
 def test_kernelbench_target_has_the_problem_sizes_as_its_workload(kb_file, tmp_path):
     done = eat("import", "kernelbench", kb_file, "--runner", "cpu", "--out", tmp_path / "kb")
@@ -391,6 +420,7 @@ def test_kernelbench_solution_and_baseline_are_candidates_unchanged(kb_file, tmp
 
 # ---- GPU MODE ------------------------------------------------------------------------------
 
+
 def test_gpumode_target_takes_benchmarks_helpers_and_tolerance(gm_task, tmp_path):
     done = eat("import", "gpumode", gm_task, "--runner", "cpu", "--out", tmp_path / "gm")
     assert done.returncode == 0, done.stderr
@@ -400,7 +430,13 @@ def test_gpumode_target_takes_benchmarks_helpers_and_tolerance(gm_task, tmp_path
     assert t.workloads == [{"size": 32, "case": 0}, {"size": 48, "case": 1}]
     assert (t.tolerance.rtol, t.tolerance.atol) == (1e-4, 1e-4)
     assert sorted(p.name for p in t.root.iterdir()) == [
-        "baseline.py", "eat_reference.py", "reference.py", "target.toml", "task.py", "utils.py"]
+        "baseline.py",
+        "eat_reference.py",
+        "reference.py",
+        "target.toml",
+        "task.py",
+        "utils.py",
+    ]
     assert t.path("utils.py").read_text() == GM_UTILS
     assert "cuda" not in t.path("reference.py").read_text()
     assert t.baseline_source() == GM_SUBMISSION
@@ -419,8 +455,11 @@ def test_gpumode_inputs_are_seeded_with_the_cases_parameters(gm_task, tmp_path):
 
 def test_gpumode_submissions_are_candidates_unchanged(gm_task, tmp_path):
     target = import_gpumode(gm_task, tmp_path / "gm", "cpu")
-    for name, source in [("solution", GM_SOLUTION), ("wrong", GM_WRONG),
-                         ("fresh", GM_SUBMISSION.replace("out[...] = ", "out = "))]:
+    for name, source in [
+        ("solution", GM_SOLUTION),
+        ("wrong", GM_WRONG),
+        ("fresh", GM_SUBMISSION.replace("out[...] = ", "out = ")),
+    ]:
         (tmp_path / f"{name}.py").write_text(source)
     assert verdict(target, target / "baseline.py", tmp_path / "c0") == "ok"
     assert verdict(target, tmp_path / "solution.py", tmp_path / "c1") == "ok"
@@ -439,6 +478,7 @@ def test_gpumode_without_benchmarks_or_submission_uses_tests_and_ref_kernel(tmp_
 
 
 # ---- FlashInfer-Bench ----------------------------------------------------------------------
+
 
 def test_flashinfer_target_has_axes_as_parameters_and_a_bytes_formula(fi_files, tmp_path):
     done = eat("import", "flashinfer", *fi_files, "--runner", "cpu", "--out", tmp_path / "fi")
@@ -477,11 +517,16 @@ def test_flashinfer_safetensors_inputs_are_copied_and_loaded(tmp_path):
     (root / "blob").mkdir(parents=True)
     weight = torch.linspace(-1, 1, 64)
     st.save_file({"w": weight}, str(root / "blob" / "rms.safetensors"))
-    stored = {"definition": "rmsnorm_h64",
-              "workload": {"uuid": "w-2", "axes": {"batch_size": 2},
-                           "inputs": {"weight": {"type": "safetensors",
-                                                 "path": "blob/rms.safetensors",
-                                                 "tensor_key": "w"}}}}
+    stored = {
+        "definition": "rmsnorm_h64",
+        "workload": {
+            "uuid": "w-2",
+            "axes": {"batch_size": 2},
+            "inputs": {
+                "weight": {"type": "safetensors", "path": "blob/rms.safetensors", "tensor_key": "w"}
+            },
+        },
+    }
     d, w = _fi_files(root / "workloads" / "rmsnorm", workloads=[stored])
     t = load_target(import_flashinfer(d, w, tmp_path / "fi", "cpu"))
     assert t.workloads == [{"batch_size": 2, "workload": 0}]
@@ -500,8 +545,11 @@ def test_flashinfer_safetensors_inputs_are_copied_and_loaded(tmp_path):
 def test_flashinfer_safetensors_without_the_package_is_bad_input(tmp_path, monkeypatch):
     monkeypatch.setattr(flashinfer_bench, "_has_safetensors", lambda: False)
     stored = copy.deepcopy(FI_WORKLOADS[1])
-    stored["workload"]["inputs"]["weight"] = {"type": "safetensors", "path": "w.safetensors",
-                                              "tensor_key": "w"}
+    stored["workload"]["inputs"]["weight"] = {
+        "type": "safetensors",
+        "path": "w.safetensors",
+        "tensor_key": "w",
+    }
     d, w = _fi_files(tmp_path / "src", workloads=[stored])
     with pytest.raises(BadInput, match="install the safetensors package"):
         import_flashinfer(d, w, tmp_path / "fi", "cpu")
@@ -509,14 +557,18 @@ def test_flashinfer_safetensors_without_the_package_is_bad_input(tmp_path, monke
 
 # ---- Malformed inputs, existing folders ----------------------------------------------------
 
+
 def _malformed(tmp_path: Path, case: str) -> tuple[list, str]:
     """Arguments of `eat import` for a broken problem, and a word its error must name."""
     src = tmp_path / "src"
     src.mkdir()
     if case.startswith("kernelbench"):
         path = src / "1_Bad.py"
-        path.write_text(KB_PROBLEM.replace("def get_inputs", "def make_inputs")
-                        if case == "kernelbench-no-get-inputs" else "class Model(:\n")
+        path.write_text(
+            KB_PROBLEM.replace("def get_inputs", "def make_inputs")
+            if case == "kernelbench-no-get-inputs"
+            else "class Model(:\n"
+        )
         return ["kernelbench", path], "1_Bad.py"
     if case.startswith("gpumode"):
         task = _gm_task(src)
@@ -544,10 +596,21 @@ def _malformed(tmp_path: Path, case: str) -> tuple[list, str]:
     return ["flashinfer", d, w], "rmsnorm_h64.json" if case != "flashinfer-axis" else "line 2"
 
 
-@pytest.mark.parametrize("case", [
-    "kernelbench-no-get-inputs", "kernelbench-syntax", "gpumode-cuda-task", "gpumode-bad-yaml",
-    "gpumode-missing-helper", "flashinfer-json", "flashinfer-dtype", "flashinfer-axis",
-    "flashinfer-no-run", "flashinfer-no-workloads"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "kernelbench-no-get-inputs",
+        "kernelbench-syntax",
+        "gpumode-cuda-task",
+        "gpumode-bad-yaml",
+        "gpumode-missing-helper",
+        "flashinfer-json",
+        "flashinfer-dtype",
+        "flashinfer-axis",
+        "flashinfer-no-run",
+        "flashinfer-no-workloads",
+    ],
+)
 def test_malformed_problems_exit_2_with_one_line(tmp_path, case):
     args, word = _malformed(tmp_path, case)
     _one_line_error(eat("import", *args, "--runner", "cpu", "--out", tmp_path / "out"), word)
@@ -555,8 +618,10 @@ def test_malformed_problems_exit_2_with_one_line(tmp_path, case):
 
 
 def test_unknown_runner_exits_2(kb_file, tmp_path):
-    _one_line_error(eat("import", "kernelbench", kb_file, "--runner", "mlx", "--out",
-                        tmp_path / "out"), "--runner 'mlx'")
+    _one_line_error(
+        eat("import", "kernelbench", kb_file, "--runner", "mlx", "--out", tmp_path / "out"),
+        "--runner 'mlx'",
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -564,8 +629,9 @@ def test_existing_folder_is_left_untouched_and_an_empty_one_is_filled(kb_file, t
     out = tmp_path / "taken"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    _one_line_error(eat("import", "kernelbench", kb_file, "--out", out), "taken",
-                    "not an empty folder")
+    _one_line_error(
+        eat("import", "kernelbench", kb_file, "--out", out), "taken", "not an empty folder"
+    )
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     assert (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "taken"]  # no temp folder left
@@ -585,8 +651,9 @@ def test_default_folder_is_the_problem_name_in_the_working_folder(kb_file, tmp_p
 
 # ---- Through the runner (a --runner cpu import, evaluated as `eat eval` would) -------------
 
+
 def _evaluate(target_dir: Path, source: str) -> str:
-    from eat.runners.base import runner_for
+    from eat.runners import runner_for
 
     target = load_target(target_dir)
     runner = runner_for(target)
@@ -600,24 +667,27 @@ def _quick(target_dir: Path) -> Path:
     """The imported target, its [evaluation] table merged with the tests' quick settings."""
     file = target_dir / "target.toml"
     data = tomllib.loads(file.read_text())
-    data["evaluation"] = data.get("evaluation", {}) | \
-        tomllib.loads(QUICK_EVALUATION)["evaluation"]
+    data["evaluation"] = data.get("evaluation", {}) | tomllib.loads(QUICK_EVALUATION)["evaluation"]
     file.write_text(tomli_w.dumps(data))
     return target_dir
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["kernelbench", "gpumode", "flashinfer"])
-def test_runner_accepts_baseline_and_solution_and_rejects_wrong(kind, tmp_path, kb_file, gm_task,
-                                                                fi_files):
+def test_runner_accepts_baseline_and_solution_and_rejects_wrong(
+    kind, tmp_path, kb_file, gm_task, fi_files
+):
     if kind == "kernelbench":
         target = import_kernelbench(kb_file, tmp_path / "t", "cpu", "published")
         good, bad = KB_SOLUTION, KB_WRONG
     elif kind == "gpumode":
         target, good, bad = import_gpumode(gm_task, tmp_path / "t", "cpu"), GM_SOLUTION, GM_WRONG
     else:
-        target, good, bad = import_flashinfer(*fi_files, tmp_path / "t", "cpu"), FI_SOLUTION, \
-            FI_WRONG
+        target, good, bad = (
+            import_flashinfer(*fi_files, tmp_path / "t", "cpu"),
+            FI_SOLUTION,
+            FI_WRONG,
+        )
     _quick(target)
     assert _evaluate(target, (target / "baseline.py").read_text()) == "ok"
     assert _evaluate(target, good) == "ok"

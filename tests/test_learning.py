@@ -2,10 +2,11 @@
 
 from pathlib import Path
 
+from test_rules import History
+
 from eat.events import CandidateEvaluated
 from eat.learning import BEGIN, END, render, update
 from eat.target import load_target
-from test_rules import History
 
 TARGET = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
 
@@ -14,8 +15,13 @@ def grown_history(n: int) -> History:
     h = History("coordinate-1")
     orders = TARGET.knobs["LOOP_ORDER"].values
     for i in range(n):
-        h.eval("coordinate-1", 1.0 + 0.1 * i, LOOP_ORDER=orders[i % len(orders)],
-               TILE=16 * (i % 4), CFLAGS="-O3")
+        h.eval(
+            "coordinate-1",
+            1.0 + 0.1 * i,
+            LOOP_ORDER=orders[i % len(orders)],
+            TILE=16 * (i % 4),
+            CFLAGS="-O3",
+        )
     return h
 
 
@@ -32,7 +38,7 @@ def test_size_cap_holds_by_consolidating_old_lessons_not_cutting_the_end():
     full = render(h.state, TARGET, cap=100_000)
     capped = render(h.state, TARGET, cap=2000)
     assert len(capped) <= 2000 < len(full)
-    assert "consolidated: " in capped and "c0001" in capped   # old lessons still cited
+    assert "consolidated: " in capped and "c0001" in capped  # old lessons still cited
     assert capped.rstrip().endswith(full.rstrip().splitlines()[-1])  # the end is intact
     assert "## Open hypotheses" in capped and "(c0030 over c0029)" in capped
 
@@ -44,7 +50,7 @@ def test_update_keeps_what_people_wrote_outside_the_markers(tmp_path):
     text = doc.read_text()
     assert "My note: try AVX-512." in text and text.endswith("P.S. mine\n")
     assert "old" not in text and "c0003" in text
-    assert not update(doc, grown_history(3).state, TARGET)   # unchanged state: no rewrite
+    assert not update(doc, grown_history(3).state, TARGET)  # unchanged state: no rewrite
     doc.write_text("# Learning\n\nsomeone deleted the markers\n")
     update(doc, grown_history(3).state, TARGET)
     assert "someone deleted the markers" in doc.read_text() and BEGIN in doc.read_text()
@@ -56,21 +62,29 @@ def test_lessons_keep_the_values_of_their_moment_and_count_what_they_outgrew():
     h = History("coordinate-1")
     h.eval("coordinate-1", 2.0, TILE=0)
     h.eval("coordinate-1", 3.0, TILE=16)
-    h.add(EliteRetimed(candidate="c0002", speedup=1.0))      # now 2.0 by its median
+    h.add(EliteRetimed(candidate="c0002", speedup=1.0))  # now 2.0 by its median
     assert "TILE 0 -> 16: 2.00x -> 3.00x (c0002 over c0001)" in render(h.state, TARGET)
-    long = grown_history(41)                  # one more new best than are kept: 16 retire
+    long = grown_history(41)  # one more new best than are kept: 16 retire
     assert long.state.older_lessons == 16
     text = render(long.state, TARGET, cap=100_000)
     assert "consolidated: 16 earlier lessons, resting on c0001, c0002, c0003" in text
-    assert text.index("## Lessons") < text.index("## Best so far")   # stable part first
+    assert text.index("## Lessons") < text.index("## Best so far")  # stable part first
 
 
 def test_candidates_without_knobs_are_described_by_their_idea():
     h = History("coder-1")
     for i, speed in enumerate((2.0, 3.0), 1):
-        h.add(CandidateEvaluated(candidate=f"c{i:04d}", team="coder-1", source_hash=f"s{i}",
-                                 status="ok", speedup=speed, noise=0.01,
-                                 idea=f"idea number {i}"))
+        h.add(
+            CandidateEvaluated(
+                candidate=f"c{i:04d}",
+                team="coder-1",
+                source_hash=f"s{i}",
+                status="ok",
+                speedup=speed,
+                noise=0.01,
+                idea=f"idea number {i}",
+            )
+        )
     text = render(h.state, TARGET)
     assert "idea number 2: 2.00x -> 3.00x (c0002 over c0001)" in text
     assert "## What each knob does" not in text and "knobs" not in text

@@ -8,21 +8,42 @@ MODEL = "openai/eat-test-model"
 
 
 def client(server, calls, **kw):
-    settings = LLMSettings(model=MODEL, api_base=server.base_url, timeout_s=kw.pop("timeout", 5),
-                           attempts=kw.pop("attempts", 3), backoff_s=0.0, **kw.pop("prices", {}))
+    settings = LLMSettings(
+        model=MODEL,
+        api_base=server.base_url,
+        timeout_s=kw.pop("timeout", 5),
+        attempts=kw.pop("attempts", 3),
+        backoff_s=0.0,
+        **kw.pop("prices", {}),
+    )
     return LLMClient(settings, record=calls.append, sleep=lambda s: None, **kw)
 
 
-@pytest.mark.parametrize("status, retried", [
-    (429, True), (500, True), (502, True), (503, True), (504, True), (408, True),
-    (400, False), (401, False), (402, False), (403, False), (404, False), (422, False)])
+@pytest.mark.parametrize(
+    "status, retried",
+    [
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (504, True),
+        (408, True),
+        (400, False),
+        (401, False),
+        (402, False),
+        (403, False),
+        (404, False),
+        (422, False),
+    ],
+)
 def test_what_the_server_answered_decides_a_retry(llm_server, status, retried):
     """Whatever class litellm raises for a status (it changes between releases), a busy or
     failing provider is tried again and a request it refuses is not."""
     llm_server.error(status, "no").reply("ok")
     calls = []
     chat = lambda: client(llm_server, calls, attempts=2).chat(  # noqa: E731
-        [{"role": "user", "content": "x"}], agent="a")
+        [{"role": "user", "content": "x"}], agent="a"
+    )
     if retried:
         assert chat() == "ok"
     else:
@@ -35,28 +56,34 @@ def test_what_the_server_answered_decides_a_retry(llm_server, status, retried):
 def test_a_dropped_connection_and_a_malformed_reply_are_retried(llm_server):
     llm_server.drop().malformed().reply("ok")
     calls = []
-    assert client(llm_server, calls, attempts=3).chat([{"role": "user", "content": "x"}],
-                                                      agent="a") == "ok"
+    assert (
+        client(llm_server, calls, attempts=3).chat([{"role": "user", "content": "x"}], agent="a")
+        == "ok"
+    )
     assert [c.ok for c in calls] == [False, False, True]
 
 
 def test_reply_usage_and_cached_tokens_are_recorded(llm_server):
     llm_server.reply("hello", prompt_tokens=120, completion_tokens=7, cached_tokens=100)
     calls = []
-    assert client(llm_server, calls).chat([{"role": "user", "content": "hi"}],
-                                          agent="t-1/coder", team="t-1") == "hello"
+    assert (
+        client(llm_server, calls).chat(
+            [{"role": "user", "content": "hi"}], agent="t-1/coder", team="t-1"
+        )
+        == "hello"
+    )
     (c,) = calls
     assert (c.ok, c.prompt_tokens, c.completion_tokens, c.cached_tokens) == (True, 120, 7, 100)
-    assert c.cost_usd is None            # litellm has no price for this model: cost unknown
+    assert c.cost_usd is None  # litellm has no price for this model: cost unknown
     assert llm_server.requests[0].messages == [{"role": "user", "content": "hi"}]
 
 
 def test_user_prices_give_a_cost(llm_server):
     llm_server.reply("x", prompt_tokens=100, completion_tokens=10)
     calls = []
-    client(llm_server, calls, prices={"input_cost_per_token": 1e-6,
-                                      "output_cost_per_token": 2e-6}).chat(
-        [{"role": "user", "content": "hi"}], agent="a")
+    client(
+        llm_server, calls, prices={"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+    ).chat([{"role": "user", "content": "hi"}], agent="a")
     assert calls[0].cost_usd == pytest.approx(100e-6 + 20e-6)
 
 
@@ -64,7 +91,7 @@ def test_rate_limit_then_success_is_retried_once_per_request(llm_server):
     llm_server.error(429, retry_after=0).error(503).reply("ok")
     calls = []
     assert client(llm_server, calls).chat([{"role": "user", "content": "x"}], agent="a") == "ok"
-    assert len(llm_server.requests) == 3            # no hidden SDK or litellm retries
+    assert len(llm_server.requests) == 3  # no hidden SDK or litellm retries
     assert [c.ok for c in calls] == [False, False, True]
     assert "RateLimitError" in calls[0].error
 
@@ -75,7 +102,8 @@ def test_a_hanging_server_times_out_and_the_outage_is_reported_as_retryable(llm_
     calls = []
     with pytest.raises(LLMError) as e:
         client(llm_server, calls, timeout=0.5, attempts=2).chat(
-            [{"role": "user", "content": "x"}], agent="a")
+            [{"role": "user", "content": "x"}], agent="a"
+        )
     assert e.value.retryable and "Timeout" in str(e.value)
     assert [c.ok for c in calls] == [False, False]
 
@@ -109,8 +137,10 @@ def test_a_budget_spent_between_retries_stops_them(llm_server):
 
 def test_secrets_in_error_messages_are_masked(monkeypatch):
     monkeypatch.setenv("SOME_PROVIDER_API_KEY", "sk-live-1234567890")
-    assert redact("Incorrect API key provided: sk-live-1234567890.") == \
-        "Incorrect API key provided: ***."
+    assert (
+        redact("Incorrect API key provided: sk-live-1234567890.")
+        == "Incorrect API key provided: ***."
+    )
 
 
 def test_calls_to_one_model_are_capped_across_clients(llm_server):
@@ -119,8 +149,9 @@ def test_calls_to_one_model_are_capped_across_clients(llm_server):
     import threading
     import time
 
-    from eat.llm import Gate
     from llm_server import Reply
+
+    from eat.llm import Gate
 
     lock, live, peak = threading.Lock(), [0], [0]
 
@@ -136,8 +167,12 @@ def test_calls_to_one_model_are_capped_across_clients(llm_server):
     llm_server.default = slow
     gate, calls, answers = Gate(2), [], []
     clients = [client(llm_server, calls, gate=gate) for _ in range(4)]
-    threads = [threading.Thread(target=lambda c=c: answers.append(
-        c.chat([{"role": "user", "content": "x"}], agent="a"))) for c in clients]
+    threads = [
+        threading.Thread(
+            target=lambda c=c: answers.append(c.chat([{"role": "user", "content": "x"}], agent="a"))
+        )
+        for c in clients
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -8,7 +8,6 @@ import sys
 import pytest
 from llm_server import HTTPError, Reply
 
-from conftest import EXAMPLES
 from eat.run import resume_run, run_status, start_run
 from eat.workspace import Workspace
 
@@ -27,8 +26,12 @@ def kernels(target):
     return base, fast, faster
 
 
-PLAN = {"ideas": [{"idea": "ikj loop order at -O3", "expected_gain": 8},
-                  {"idea": "add -ffast-math", "expected_gain": 1.5}]}
+PLAN = {
+    "ideas": [
+        {"idea": "ikj loop order at -O3", "expected_gain": 8},
+        {"idea": "add -ffast-math", "expected_gain": 1.5},
+    ]
+}
 
 
 class Script:
@@ -59,29 +62,39 @@ def events(ws, kind):
 
 
 def run(target, ws, server, **kw):
-    kw = {"teams": ["coordinate"], "max_evals": 2, "repairs": 0, "llm_backoff_s": 0,
-          "llm_timeout_s": 10, "sleep": lambda s: None} | kw
+    kw = {
+        "teams": ["coordinate"],
+        "max_evals": 2,
+        "repairs": 0,
+        "llm_backoff_s": 0,
+        "llm_timeout_s": 10,
+        "sleep": lambda s: None,
+    } | kw
     return start_run(target, ws, model=MODEL, api_base=server.base_url, **kw)
 
 
 @pytest.mark.slow
 def test_the_models_faster_kernel_becomes_the_best_and_tokens_are_counted(
-        quick_matmul, tmp_path, llm_server):
+    quick_matmul, tmp_path, llm_server
+):
     _, fast, faster = kernels(quick_matmul)
     script = Script(llm_server)
     script.reply(fenced(fast), prompt_tokens=3000, completion_tokens=400, cached_tokens=0)
-    script.reply(fenced(faster, "Add -ffast-math."), prompt_tokens=3100,
-                 completion_tokens=420, cached_tokens=2800)
+    script.reply(
+        fenced(faster, "Add -ffast-math."),
+        prompt_tokens=3100,
+        completion_tokens=420,
+        cached_tokens=2800,
+    )
     _, stop = run(quick_matmul, tmp_path / "ws", llm_server)
     assert stop.code == "max_evals"
     st = run_status(tmp_path / "ws")
     assert st["best_speedup"] > 2 and st["best_candidate"] in ("c0001", "c0002")
-    assert script.planner_calls == 1       # one plan of two ideas serves both turns
+    assert script.planner_calls == 1  # one plan of two ideas serves both turns
     assert st["tokens"] == {"prompt": 6600, "completion": 870, "cached": 2800}
     assert st["llm_calls"] == 3 and st["cost_usd"] == 0 and st["llm_unpriced_calls"] == 3
     planner, first, second = (r.messages for r in llm_server.requests)
-    assert "Idea to implement now (from your team's planner): ikj loop order" in \
-        first[1]["content"]
+    assert "Idea to implement now (from your team's planner): ikj loop order" in first[1]["content"]
     notes = (tmp_path / "ws" / "teams" / "coordinate-1" / "NOTES.md").read_text()
     assert "[x] c0001 ikj loop order at -O3" in notes and "[x] c0002 add -ffast-math" in notes
     assert first[0]["role"] == "system" and first[0] == second[0]
@@ -94,10 +107,12 @@ def test_the_models_faster_kernel_becomes_the_best_and_tokens_are_counted(
 
 @pytest.mark.slow
 def test_malformed_replies_get_one_correction_then_count_as_a_failed_attempt(
-        quick_matmul, tmp_path, llm_server):
+    quick_matmul, tmp_path, llm_server
+):
     _, fast, _ = kernels(quick_matmul)
-    Script(llm_server).reply("I would unroll the loop.").reply("Still no code, sorry.") \
-        .reply(fenced(fast))
+    Script(llm_server).reply("I would unroll the loop.").reply("Still no code, sorry.").reply(
+        fenced(fast)
+    )
     run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1)
     (failed,) = events(tmp_path / "ws", "attempt_failed")
     assert failed.kind == "malformed" and "no code block" in failed.reason
@@ -108,11 +123,13 @@ def test_malformed_replies_get_one_correction_then_count_as_a_failed_attempt(
 
 @pytest.mark.slow
 def test_a_failed_candidate_is_repaired_with_the_compiler_message(
-        quick_matmul, tmp_path, llm_server):
+    quick_matmul, tmp_path, llm_server
+):
     _, fast, _ = kernels(quick_matmul)
     broken = fast.replace("memset(C, 0,", "memset(C, 0 zero,")
-    Script(llm_server).reply(fenced(broken)) \
-        .reply(fenced(fast, "A stray token broke memset; removed it."))
+    Script(llm_server).reply(fenced(broken)).reply(
+        fenced(fast, "A stray token broke memset; removed it.")
+    )
     run(quick_matmul, tmp_path / "ws", llm_server, repairs=2)
     first, second = events(tmp_path / "ws", "candidate_evaluated")
     assert first.status == "compile_error" and second.status == "ok"
@@ -126,11 +143,18 @@ def test_a_failed_candidate_is_repaired_with_the_compiler_message(
 @pytest.mark.slow
 def test_the_cost_cap_stops_new_calls_mid_run(quick_matmul, tmp_path, llm_server):
     _, fast, faster = kernels(quick_matmul)
-    Script(llm_server).reply(fenced(fast), prompt_tokens=1000, completion_tokens=100) \
-        .reply(fenced(faster), prompt_tokens=1000, completion_tokens=100)
-    _, stop = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=5,
-                    max_cost_usd=0.0015, input_cost_per_token=1e-6,
-                    output_cost_per_token=1e-6)
+    Script(llm_server).reply(fenced(fast), prompt_tokens=1000, completion_tokens=100).reply(
+        fenced(faster), prompt_tokens=1000, completion_tokens=100
+    )
+    _, stop = run(
+        quick_matmul,
+        tmp_path / "ws",
+        llm_server,
+        max_evals=5,
+        max_cost_usd=0.0015,
+        input_cost_per_token=1e-6,
+        output_cost_per_token=1e-6,
+    )
     assert stop.code == "max_cost"
     # planner 0.55 m$, coder 1.1 m$: over the cap after the second call, and no third call
     assert len(llm_server.requests) == 2
@@ -147,15 +171,17 @@ def test_an_outage_pauses_the_teams_and_the_run_goes_on(quick_matmul, tmp_path, 
     _, fast, _ = kernels(quick_matmul)
     pauses = []
     script = Script(llm_server)
-    script.push(HTTPError(503))                  # both tries of the first coder call fail
+    script.push(HTTPError(503))  # both tries of the first coder call fail
     script.push(HTTPError(503))
 
     def sleep(seconds):
         pauses.append(seconds)
         if len([p for p in pauses if p >= 30]) == 2:
-            script.reply(fenced(fast))          # the provider comes back
-    _, stop = run(quick_matmul, tmp_path / "ws", llm_server, max_evals=1, llm_attempts=2,
-                    sleep=sleep)
+            script.reply(fenced(fast))  # the provider comes back
+
+    _, stop = run(
+        quick_matmul, tmp_path / "ws", llm_server, max_evals=1, llm_attempts=2, sleep=sleep
+    )
     assert stop.code == "max_evals"
     outages = events(tmp_path / "ws", "attempt_failed")
     assert [o.kind for o in outages] == ["outage", "outage"]
@@ -166,16 +192,39 @@ def test_an_outage_pauses_the_teams_and_the_run_goes_on(quick_matmul, tmp_path, 
 @pytest.mark.slow
 def test_cli_start_against_a_local_server(quick_matmul, tmp_path, llm_server):
     _, fast, faster = kernels(quick_matmul)
-    Script(llm_server).reply(fenced(fast), prompt_tokens=2000, completion_tokens=300) \
-        .reply(fenced(faster), prompt_tokens=2100, completion_tokens=310)
+    Script(llm_server).reply(fenced(fast), prompt_tokens=2000, completion_tokens=300).reply(
+        fenced(faster), prompt_tokens=2100, completion_tokens=310
+    )
     ws = tmp_path / "ws"
-    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w", str(ws),
-                           "--model", MODEL, "--api-base", llm_server.base_url,
-                           "--max-evals", "2"], capture_output=True, text=True, timeout=300,
-                          env=os.environ | {"OPENAI_API_KEY": SECRET})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(quick_matmul),
+            "-w",
+            str(ws),
+            "--model",
+            MODEL,
+            "--api-base",
+            llm_server.base_url,
+            "--max-evals",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"OPENAI_API_KEY": SECRET},
+    )
     assert done.returncode == 0, done.stderr
-    st = json.loads(subprocess.run([sys.executable, "-m", "eat", "status", str(ws), "--json"],
-                                   capture_output=True, text=True).stdout)
+    st = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "eat", "status", str(ws), "--json"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     assert st["best_speedup"] > 2 and st["tokens"]["prompt"] >= 4100
     assert llm_server.requests[0].json["model"] == "eat-test-model"
     leaks = [p for p in ws.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
@@ -186,29 +235,64 @@ def test_cli_start_against_a_local_server(quick_matmul, tmp_path, llm_server):
 def test_a_rejected_key_stops_the_run_as_failed(quick_matmul, tmp_path, llm_server):
     Script(llm_server).push(HTTPError(401, "Incorrect API key provided"))
     ws = tmp_path / "ws"
-    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w", str(ws),
-                           "--model", MODEL, "--api-base", llm_server.base_url,
-                           "--max-evals", "3"], capture_output=True, text=True, timeout=300,
-                          env=os.environ | {"OPENAI_API_KEY": SECRET})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(quick_matmul),
+            "-w",
+            str(ws),
+            "--model",
+            MODEL,
+            "--api-base",
+            llm_server.base_url,
+            "--max-evals",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"OPENAI_API_KEY": SECRET},
+    )
     assert done.returncode == 1
     assert "stopped: llm_unusable" in done.stdout and "AuthenticationError" in done.stdout
     assert run_status(ws)["evaluations"] == 0
-    assert len(llm_server.requests) == 2            # the plan, then the rejected coder call
+    assert len(llm_server.requests) == 2  # the plan, then the rejected coder call
 
 
 @pytest.mark.slow
 def test_a_model_that_repeats_one_kernel_ends_the_run_with_bounded_spend(
-        quick_matmul, tmp_path, llm_server):
+    quick_matmul, tmp_path, llm_server
+):
     # Every reply, to the planner, the coders and the supervisor alike, is the same correct
     # kernel: real models repeat themselves, and that must not run the loop away.
     _, fast, _ = kernels(quick_matmul)
-    llm_server.default = lambda req: Reply(fenced(fast), prompt_tokens=1000,
-                                           completion_tokens=200)
+    llm_server.default = lambda req: Reply(fenced(fast), prompt_tokens=1000, completion_tokens=200)
     ws = tmp_path / "ws"
-    done = subprocess.run([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w", str(ws),
-                           "--model", MODEL, "--supervisor-model", MODEL,
-                           "--api-base", llm_server.base_url, "--max-evals", "8"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(quick_matmul),
+            "-w",
+            str(ws),
+            "--model",
+            MODEL,
+            "--supervisor-model",
+            MODEL,
+            "--api-base",
+            llm_server.base_url,
+            "--max-evals",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stderr
     assert "stopped: no_progress" in done.stdout and "c0001" in done.stdout
     st = run_status(ws)
@@ -217,8 +301,11 @@ def test_a_model_that_repeats_one_kernel_ends_the_run_with_bounded_spend(
     assert st["llm_calls"] == len(llm_server.requests) <= 80
     assert len(st["teams"]) <= 12
     # The repeating team was told which candidate it repeated, then steered.
-    told = [r for r in llm_server.requests
-            if "Your last replies repeated candidates already evaluated" in json.dumps(r.messages)]
+    told = [
+        r
+        for r in llm_server.requests
+        if "Your last replies repeated candidates already evaluated" in json.dumps(r.messages)
+    ]
     assert told and "c0001" in json.dumps(told[0].messages)
     kinds = {(e.op, e.reason.split(":")[0]) for e in events(ws, "restructured")}
     assert any(op == "redirect" for op, _ in kinds)
@@ -226,28 +313,38 @@ def test_a_model_that_repeats_one_kernel_ends_the_run_with_bounded_spend(
 
 
 def test_a_forked_llm_team_works_from_its_start_and_an_explorer_from_the_baseline():
+    from history import History
+
     from eat.agents.base import start_candidate
     from eat.events import TeamSpawned
-    from history import History
 
     h = History("coordinate-1")
     h.eval("coordinate-1", 2.0)
     h.eval("coordinate-1", 9.0)
-    h.add(TeamSpawned(team="refiner-2", preset="refiner", strategy="refiner", directive="d",
-                      start_from="c0001"))
+    h.add(
+        TeamSpawned(
+            team="refiner-2",
+            preset="refiner",
+            strategy="refiner",
+            directive="d",
+            start_from="c0001",
+        )
+    )
     h.add(TeamSpawned(team="explorer-3", preset="explorer", strategy="explorer", directive="d"))
-    h.add(TeamSpawned(team="coordinate-4", preset="coordinate", strategy="coordinate",
-                      directive="d"))
-    assert start_candidate(h.state.teams["refiner-2"], h.state).cid == "c0001"   # not the best
-    assert start_candidate(h.state.teams["explorer-3"], h.state) is None         # the baseline
+    h.add(
+        TeamSpawned(team="coordinate-4", preset="coordinate", strategy="coordinate", directive="d")
+    )
+    assert start_candidate(h.state.teams["refiner-2"], h.state).cid == "c0001"  # not the best
+    assert start_candidate(h.state.teams["explorer-3"], h.state) is None  # the baseline
     assert start_candidate(h.state.teams["coordinate-4"], h.state).cid == "c0002"
     h.eval("refiner-2", 3.0)
-    assert start_candidate(h.state.teams["refiner-2"], h.state).cid == "c0003"   # its own line
+    assert start_candidate(h.state.teams["refiner-2"], h.state).cid == "c0003"  # its own line
 
 
 @pytest.mark.slow
 def test_a_reviewer_sends_a_flawed_candidate_back_and_the_profile_reaches_the_coder(
-        quick_matmul, tmp_path, llm_server):
+    quick_matmul, tmp_path, llm_server
+):
     _, fast, faster = kernels(quick_matmul)
     reviews = []
 
@@ -257,22 +354,35 @@ def test_a_reviewer_sends_a_flawed_candidate_back_and_the_profile_reaches_the_co
             return Reply(json.dumps(PLAN))
         if "# Review before evaluation" in text:
             reviews.append(text)
-            verdict = {"approve": False, "problems": ["the flags miss -ffast-math"]} \
-                if len(reviews) == 1 else {"approve": True}
+            verdict = (
+                {"approve": False, "problems": ["the flags miss -ffast-math"]}
+                if len(reviews) == 1
+                else {"approve": True}
+            )
             return Reply(json.dumps(verdict))
         if "# Revise" in text:
             return Reply(fenced(faster, "Added -ffast-math as the reviewer asked."))
-        return Reply(fenced(fast) if "## Profile of the starting point" not in text else
-                     fenced(fast.replace("IKJ", "KIJ"), "KIJ streams rows too."))
+        return Reply(
+            fenced(fast)
+            if "## Profile of the starting point" not in text
+            else fenced(fast.replace("IKJ", "KIJ"), "KIJ streams rows too.")
+        )
 
     llm_server.default = answer
     run(quick_matmul, tmp_path / "ws", llm_server, teams=["refiner"], max_evals=2)
     first, second = events(tmp_path / "ws", "candidate_evaluated")
     assert "revised after review: the flags miss -ffast-math" in first.idea
-    assert "-ffast-math" in (tmp_path / "ws" / "teams" / "refiner-1" / "candidates" / "c0001" /
-                             "candidate.c").read_text()
+    assert (
+        "-ffast-math"
+        in (
+            tmp_path / "ws" / "teams" / "refiner-1" / "candidates" / "c0001" / "candidate.c"
+        ).read_text()
+    )
     assert len(reviews) == 2 and "LOOP_ORDER IKJ" in reviews[0]
-    coder = [r for r in llm_server.requests if "## Profile of the starting point"
-             in json.dumps(r.messages)]
+    coder = [
+        r
+        for r in llm_server.requests
+        if "## Profile of the starting point" in json.dumps(r.messages)
+    ]
     assert coder and "GFLOP/s" in json.dumps(coder[0].messages) and second.parent == "c0001"
     assert "vectorized: line" in json.dumps(coder[0].messages)  # the compiler's remarks too

@@ -25,14 +25,14 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # before the import: no fet
 import litellm  # noqa: E402
 import litellm.exceptions  # noqa: E402
 import openai  # noqa: E402
-
 from llm_server import Drop, Hang, HTTPError, Malformed, Reply, ScriptedLLM, serve  # noqa: E402
 
 litellm.suppress_debug_info = True
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
 
-# All retries off: litellm's wrapper (num_retries) and the OpenAI SDK's own (max_retries, default 2).
+# All retries off: litellm's wrapper (num_retries) and the OpenAI SDK's own (max_retries,
+# default 2).
 NO_RETRIES = {"num_retries": 0, "max_retries": 0}
 
 
@@ -86,7 +86,9 @@ def test_models_endpoint_and_unknown_paths(llm_server):
         body = json.load(resp)
     assert body["object"] == "list" and body["data"][0]["id"] == "eat-test-model"
     with pytest.raises(urllib.error.HTTPError) as info:
-        urllib.request.urlopen(urllib.request.Request(llm_server.base_url + "/embeddings", data=b"{}"), timeout=5)
+        urllib.request.urlopen(
+            urllib.request.Request(llm_server.base_url + "/embeddings", data=b"{}"), timeout=5
+        )
     assert info.value.code == 404
     assert llm_server.requests == [] and len(llm_server.other_requests) == 2
 
@@ -148,7 +150,7 @@ def test_missing_usage_reads_as_zeros(llm_server):
     assert (u.prompt_tokens, u.completion_tokens, u.total_tokens) == (0, 0, 0)
 
 
-# --------------------------------------------------------------------------- errors, one attempt each
+# ------------------------------------------------------------------------ errors, one attempt each
 
 # scenario -> (step, litellm exception class raised, status_code on the exception)
 ERRORS = {
@@ -165,9 +167,16 @@ ERRORS = {
     "422": (HTTPError(422), litellm.exceptions.BadRequestError, 422),
     "malformed-json": (Malformed(), litellm.exceptions.InternalServerError, 500),
     "json-without-choices": (Malformed(b'{"foo": 1}'), litellm.exceptions.InternalServerError, 500),
-    "html-200": (Malformed(b"<html>bad gateway</html>", content_type="text/html"),
-                 litellm.exceptions.InternalServerError, 500),
-    "connection-dropped": (Drop(), litellm.exceptions.InternalServerError, 500),  # not APIConnectionError
+    "html-200": (
+        Malformed(b"<html>bad gateway</html>", content_type="text/html"),
+        litellm.exceptions.InternalServerError,
+        500,
+    ),
+    "connection-dropped": (
+        Drop(),
+        litellm.exceptions.InternalServerError,
+        500,
+    ),  # not APIConnectionError
 }
 
 
@@ -231,7 +240,14 @@ FAST_503 = HTTPError(503, retry_after=0.01)  # the SDK honours Retry-After: keep
         ({"num_retries": 1}, 3),  # SDK retry + litellm's own retry
         ({"num_retries": 1, "max_retries": 0}, 3),  # num_retries wins over max_retries
     ],
-    ids=["defaults", "num_retries=0", "max_retries=0", "both=0", "num_retries=1", "num_retries=1,max_retries=0"],
+    ids=[
+        "defaults",
+        "num_retries=0",
+        "max_retries=0",
+        "both=0",
+        "num_retries=1",
+        "num_retries=1,max_retries=0",
+    ],
 )
 def test_how_many_requests_each_retry_setting_makes(kwargs, requests):
     assert _count_requests(FAST_503, **kwargs) == (litellm.ServiceUnavailableError, requests)
@@ -281,9 +297,17 @@ def test_per_call_prices_give_a_cost_without_cache_discount(llm_server):
 
 def test_registered_model_prices_cached_tokens_at_the_cache_rate(llm_server):
     name = "eat-test-priced-model"
-    litellm.register_model({f"openai/{name}": {
-        "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
-        "cache_read_input_token_cost": 1e-7, "litellm_provider": "openai", "mode": "chat"}})
+    litellm.register_model(
+        {
+            f"openai/{name}": {
+                "input_cost_per_token": 1e-6,
+                "output_cost_per_token": 2e-6,
+                "cache_read_input_token_cost": 1e-7,
+                "litellm_provider": "openai",
+                "mode": "chat",
+            }
+        }
+    )
     try:
         llm_server.reply("hi", prompt_tokens=100, completion_tokens=7, cached_tokens=40)
         r = call(llm_server, model=name)
@@ -342,7 +366,9 @@ def litellm_exception_classes() -> dict[str, type]:
     return {
         name: obj
         for name, obj in vars(litellm.exceptions).items()
-        if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == "litellm.exceptions"
+        if inspect.isclass(obj)
+        and issubclass(obj, BaseException)
+        and obj.__module__ == "litellm.exceptions"
     }
 
 
@@ -365,11 +391,23 @@ def test_exception_hierarchy_facts_a_retry_table_needs():
     assert issubclass(litellm.ContextWindowExceededError, litellm.BadRequestError)
     assert issubclass(litellm.ContentPolicyViolationError, litellm.BadRequestError)
     # every HTTP-ish litellm error is an openai.APIError; the price/budget ones are not
-    for cls in (litellm.RateLimitError, litellm.InternalServerError, litellm.Timeout,
-                litellm.BadRequestError, litellm.AuthenticationError, litellm.APIError):
+    for cls in (
+        litellm.RateLimitError,
+        litellm.InternalServerError,
+        litellm.Timeout,
+        litellm.BadRequestError,
+        litellm.AuthenticationError,
+        litellm.APIError,
+    ):
         assert issubclass(cls, openai.APIError)
     for cls in (litellm.exceptions.ModelNotMappedError, litellm.BudgetExceededError):
         assert not issubclass(cls, openai.APIError)
     # some classes live in litellm.exceptions but are not re-exported at top level
-    top_level_missing = {n for n, c in litellm_exception_classes().items() if getattr(litellm, n, None) is not c}
-    assert top_level_missing >= {"BlockedPiiEntityError", "GuardrailRaisedException", "MidStreamFallbackError"}
+    top_level_missing = {
+        n for n, c in litellm_exception_classes().items() if getattr(litellm, n, None) is not c
+    }
+    assert top_level_missing >= {
+        "BlockedPiiEntityError",
+        "GuardrailRaisedException",
+        "MidStreamFallbackError",
+    }

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_runner import FakeRunner
 
 from eat.config import PlateauConfig
 from eat.errors import BadInput
 from eat.run import resume_run, run_status, start_run
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,9 +74,15 @@ def test_a_plateau_is_restructured_and_the_restructure_scored(quick_matmul, tmp_
     # the coordinate team stalls at once and the supervisor must act.
     runner = FakeRunner(lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0)
     seen = []
-    _, stop = start_run(quick_matmul, tmp_path / "ws", runner=runner, max_evals=30,
-                        teams=["coordinate"], on_event=lambda e, s: seen.append(e),
-                        plateau=PlateauConfig(team_window=3, run_window=4, score_after=3))
+    _, stop = start_run(
+        quick_matmul,
+        tmp_path / "ws",
+        runner=runner,
+        max_evals=30,
+        teams=["coordinate"],
+        on_event=lambda e, s: seen.append(e),
+        plateau=PlateauConfig(team_window=3, run_window=4, score_after=3),
+    )
     assert stop.code in ("max_evals", "exhausted")
     types = [e.type for e in seen]
     first_plateau = types.index("plateau_detected")
@@ -92,13 +98,11 @@ def test_bad_inputs_exit_2_and_touch_nothing(tmp_path, quick_matmul):
     for args, words in [
         (("start", str(tmp_path / "nope")), "no such target folder"),
         (("start", str(quick_matmul), "--workspace", str(keep)), "not empty"),
-        (("start", str(quick_matmul), "--model", "gpt-x", "-w", str(tmp_path / "w2")),
-         "provider"),
+        (("start", str(quick_matmul), "--model", "gpt-x", "-w", str(tmp_path / "w2")), "provider"),
         (("resume", str(tmp_path / "nope")), "no such workspace"),
         (("resume", str(keep)), "not an eat workspace"),
         (("status", str(keep)), "not an eat workspace"),
-        (("start", str(quick_matmul), "--max-evals", "0", "-w", str(tmp_path / "w3")),
-         "max_evals"),
+        (("start", str(quick_matmul), "--max-evals", "0", "-w", str(tmp_path / "w3")), "max_evals"),
     ]:
         done = subprocess.run(eat_cmd(*args), capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, (args, done.stderr)
@@ -114,8 +118,9 @@ def _damaged_workspace(tmp_path, quick_matmul) -> Path:
 
 
 @pytest.mark.slow
-def test_a_damaged_log_line_is_named_and_skipped_and_a_bad_config_is_refused(tmp_path,
-                                                                           quick_matmul):
+def test_a_damaged_log_line_is_named_and_skipped_and_a_bad_config_is_refused(
+    tmp_path, quick_matmul
+):
     ws = _damaged_workspace(tmp_path, quick_matmul)
     history = ws / "history.jsonl"
     lines = history.read_text().splitlines(keepends=True)
@@ -124,7 +129,7 @@ def test_a_damaged_log_line_is_named_and_skipped_and_a_bad_config_is_refused(tmp
     before = history.read_bytes()
     done = subprocess.run(eat_cmd("status", str(ws)), capture_output=True, text=True)
     assert done.returncode == 0 and "tampered: line 3: not an event" in done.stdout, done.stderr
-    assert history.read_bytes() == before      # nothing was "repaired" behind the user's back
+    assert history.read_bytes() == before  # nothing was "repaired" behind the user's back
     (ws / "eat.toml").write_text("max_evals = 'many'\n")
     with pytest.raises(BadInput, match="eat.toml"):
         resume_run(ws)
@@ -133,13 +138,20 @@ def test_a_damaged_log_line_is_named_and_skipped_and_a_bad_config_is_refused(tmp
 @pytest.mark.slow
 def test_lock_refuses_a_second_process_and_ctrl_c_stops_cleanly(tmp_path, quick_matmul):
     ws = tmp_path / "ws"
-    first = subprocess.Popen(eat_cmd("start", str(quick_matmul), "-w", str(ws), "--max-evals",
-                                     "200"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+    first = subprocess.Popen(
+        eat_cmd("start", str(quick_matmul), "-w", str(ws), "--max-evals", "200"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
-        while not (ws.exists() and (ws / "history.jsonl").exists() and
-                   Workspace.open(ws).is_locked() and candidate_events(ws)):
+        while not (
+            ws.exists()
+            and (ws / "history.jsonl").exists()
+            and Workspace.open(ws).is_locked()
+            and candidate_events(ws)
+        ):
             assert time.monotonic() < deadline and first.poll() is None, first.stderr.read()
             time.sleep(0.2)
         second = subprocess.run(eat_cmd("resume", str(ws)), capture_output=True, text=True)
@@ -176,7 +188,7 @@ def test_time_budget_is_a_total_over_sessions(tmp_path, quick_matmul):
     second = run_status(ws)
     assert second["evaluations"] > first["evaluations"]
     assert first["elapsed_s"] + 3 <= second["elapsed_s"] < first["elapsed_s"] + 3 + 30
-    _, stop = resume_run(ws)            # the budget is spent: nothing more runs
+    _, stop = resume_run(ws)  # the budget is spent: nothing more runs
     assert stop.code == "max_time"
     assert run_status(ws)["evaluations"] == second["evaluations"]
 
@@ -185,9 +197,14 @@ def test_run_settings_come_from_a_toml_file_and_flags_override_it(tmp_path, quic
     settings = tmp_path / "settings.toml"
     settings.write_text('max_evals = 5\nteams = ["explorer"]\nseed = 7\n')
     ws = tmp_path / "ws"
-    done = subprocess.run(eat_cmd("start", str(quick_matmul), "-w", str(ws), "--config",
-                                  str(settings), "--max-evals", "1"),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        eat_cmd(
+            "start", str(quick_matmul), "-w", str(ws), "--config", str(settings), "--max-evals", "1"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     config = Workspace.open(ws).config()
     assert (config.max_evals, config.teams, config.seed) == (1, ["explorer"], 7)

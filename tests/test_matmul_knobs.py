@@ -11,7 +11,7 @@ import pytest
 from conftest import EXAMPLES, QUICK_EVALUATION
 
 from eat.agents.offline import render
-from eat.runners.base import runner_for
+from eat.runners import runner_for
 from eat.target import load_target
 
 NATIVE = "-O3 -march=native"
@@ -26,13 +26,21 @@ LOOP_NEST = [
 ]
 # The micro-kernel: every MR x NR shape, packing, k-block depth, unroll factor and set of flags
 # taken in turn (-O2 and -O3 build its vectors from SSE halves).
-_CYCLES = {"PACK": [0, 1, 2], "TILE": [0, 16, 32, 64, 128, 256], "UNROLL": [1, 2, 4, 8],
-           "CFLAGS": [NATIVE, "-O2", NATIVE + " -ffast-math", "-O3", NATIVE + " -funroll-loops"]}
-MICRO = [{"MR": mr, "NR": nr, **{k: v[n % len(v)] for k, v in _CYCLES.items()}}
-         for n, (mr, nr) in enumerate((mr, nr) for mr in (2, 4, 6, 8) for nr in (8, 16, 24, 32))]
+_CYCLES = {
+    "PACK": [0, 1, 2],
+    "TILE": [0, 16, 32, 64, 128, 256],
+    "UNROLL": [1, 2, 4, 8],
+    "CFLAGS": [NATIVE, "-O2", NATIVE + " -ffast-math", "-O3", NATIVE + " -funroll-loops"],
+}
+MICRO = [
+    {"MR": mr, "NR": nr, **{k: v[n % len(v)] for k, v in _CYCLES.items()}}
+    for n, (mr, nr) in enumerate((mr, nr) for mr in (2, 4, 6, 8) for nr in (8, 16, 24, 32))
+]
 # The corners: the largest block with each packing, k blocks deeper than the odd K and shallow.
-CORNERS = [{"MR": 8, "NR": 32, "PACK": p, "TILE": t, "UNROLL": 8, "CFLAGS": NATIVE}
-           for p, t in ((0, 256), (1, 256), (2, 256), (2, 16))]
+CORNERS = [
+    {"MR": 8, "NR": 32, "PACK": p, "TILE": t, "UNROLL": 8, "CFLAGS": NATIVE}
+    for p, t in ((0, 256), (1, 256), (2, 256), (2, 16))
+]
 CONFIGS = LOOP_NEST + MICRO + CORNERS
 # Besides the target's own (511x257x129 among them): a matrix smaller than one block, and a K
 # deeper than the deepest k block with a remainder.

@@ -15,7 +15,7 @@ import pytest
 from eat.agents.llm import render
 from eat.agents.offline import render as render_knobs
 from eat.errors import TargetError
-from eat.runners.base import runner_for
+from eat.runners import runner_for
 from eat.target import load_target
 
 ROOT = Path(__file__).parent.parent
@@ -72,18 +72,25 @@ def reference(x, out):
 
 @pytest.fixture
 def dps(tmp_path):
-    return load_target(_target(tmp_path, DPS_TOML, {
-        "reference.py": DPS_REF,
-        "baseline.py": "def scale(x, out):\n    out.copy_(x + x)\n"}))
+    return load_target(
+        _target(
+            tmp_path,
+            DPS_TOML,
+            {"reference.py": DPS_REF, "baseline.py": "def scale(x, out):\n    out.copy_(x + x)\n"},
+        )
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body, status, words", [
-    ("torch.mul(x, 2, out=out)", "ok", ""),
-    ("out[:-1] = x[:-1] * 2", "incorrect", "never written"),   # the poison shows
-    ("return x * 2", "incorrect", "gave output, argument[1]; the reference gives argument[1]"),
-    ("out.copy_(x * 2); x.zero_()", "rejected", "argument[0]"),  # scribbles on its input
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ("torch.mul(x, 2, out=out)", "ok", ""),
+        ("out[:-1] = x[:-1] * 2", "incorrect", "never written"),  # the poison shows
+        ("return x * 2", "incorrect", "gave output, argument[1]; the reference gives argument[1]"),
+        ("out.copy_(x * 2); x.zero_()", "rejected", "argument[0]"),  # scribbles on its input
+    ],
+)
 def test_destination_arguments_are_outputs(dps, body, status, words):
     ev = runner_for(dps).evaluate(dps, f"import torch\n\ndef scale(x, out):\n    {body}\n")
     assert ev.status == status, ev.message
@@ -146,30 +153,39 @@ def init_inputs(batch, dim):
 @pytest.mark.slow
 def test_module_entries_are_built_with_the_same_weights(tmp_path):
     baseline = MODULE_REF.replace("class Model(", "class ModelNew(")
-    target = load_target(_target(tmp_path, MODULE_TOML, {"reference.py": MODULE_REF,
-                                                         "baseline.py": baseline}))
+    target = load_target(
+        _target(tmp_path, MODULE_TOML, {"reference.py": MODULE_REF, "baseline.py": baseline})
+    )
     runner = runner_for(target)
-    fused = baseline.replace("torch.relu(self.fc(x))",
-                             "torch.addmm(self.fc.bias, x, self.fc.weight.t()).clamp_min_(0)")
+    fused = baseline.replace(
+        "torch.relu(self.fc(x))", "torch.addmm(self.fc.bias, x, self.fc.weight.t()).clamp_min_(0)"
+    )
     assert runner.evaluate(target, fused).status == "ok"
     # Other weights (a different init order) give other outputs: the check is real.
-    other = baseline.replace("super().__init__()",
-                             "super().__init__()\n        torch.randn(3)")
+    other = baseline.replace("super().__init__()", "super().__init__()\n        torch.randn(3)")
     ev = runner.evaluate(target, other)
     assert ev.status == "incorrect" and "output" in ev.message
 
 
 def test_python_target_needs_inputs_and_no_cflags(tmp_path):
-    path = _target(tmp_path, DPS_TOML.replace('inputs = "inputs"\n', ""),
-                   {"reference.py": DPS_REF, "baseline.py": "def scale(x, out): pass\n"})
+    path = _target(
+        tmp_path,
+        DPS_TOML.replace('inputs = "inputs"\n', ""),
+        {"reference.py": DPS_REF, "baseline.py": "def scale(x, out): pass\n"},
+    )
     with pytest.raises(TargetError, match="reference.inputs: required"):
         load_target(path)
-    (path / "target.toml").write_text(DPS_TOML + QUICK.replace(
-        "[evaluation]", '[knobs.F]\nkind = "cflags"\nvalues = ["-O3"]\n[evaluation]'))
+    (path / "target.toml").write_text(
+        DPS_TOML
+        + QUICK.replace(
+            "[evaluation]", '[knobs.F]\nkind = "cflags"\nvalues = ["-O3"]\n[evaluation]'
+        )
+    )
     with pytest.raises(TargetError, match="knobs"):
         load_target(path)
-    (path / "target.toml").write_text(DPS_TOML.replace('language = "pytorch"',
-                                                       'language = "triton"'))
+    (path / "target.toml").write_text(
+        DPS_TOML.replace('language = "pytorch"', 'language = "triton"')
+    )
     with pytest.raises(TargetError, match="language: 'triton' is not a language of the cpu"):
         load_target(path)
 
@@ -188,8 +204,9 @@ def test_mlx_example_baseline_and_fused_knob_are_ok():
     target = load_target(ROOT / "examples" / "mlx_softmax")
     runner = runner_for(target)
     # The example's own timing settings make a pool of 30-odd sets; correctness needs few.
-    quick = target.evaluation.model_copy(update={"warmup": 1, "min_repeats": 3,
-                                                  "max_repeats": 5, "budget_s": 0.05})
+    quick = target.evaluation.model_copy(
+        update={"warmup": 1, "min_repeats": 3, "max_repeats": 5, "budget_s": 0.05}
+    )
     for knobs in ({"COMPILE": "False", "FUSED": "False"}, {"COMPILE": "True", "FUSED": "True"}):
         ev = runner.evaluate(target, render_knobs(target, knobs), config=quick)
         assert ev.status == "ok", ev.message
@@ -199,17 +216,29 @@ def test_mlx_example_baseline_and_fused_knob_are_ok():
 def test_prompts_describe_python_targets(dps):
     system = render("system.md.j2", target=dps)
     assert "function `scale`" in system and "destination-passing" in system
-    context = render("context.md.j2", target=dps, reference_source=DPS_REF,
-                     baseline_source="def scale(x, out): ...", learning="", skill="")
+    context = render(
+        "context.md.j2",
+        target=dps,
+        reference_source=DPS_REF,
+        baseline_source="def scale(x, out): ...",
+        learning="",
+        skill="",
+    )
     assert "Entry point: `scale` (function)" in context and "Shapes" not in context
 
 
 def test_gpu_python_target_without_a_gpu_is_one_line_exit_2(tmp_path):
-    path = _target(tmp_path, DPS_TOML.replace('runner = "cpu"', 'runner = "cuda"'),
-                   {"reference.py": DPS_REF, "baseline.py": "def scale(x, out): pass\n"})
-    done = subprocess.run([sys.executable, "-m", "eat", "eval", str(path),
-                           str(path / "baseline.py")], capture_output=True, text=True,
-                          timeout=300)
+    path = _target(
+        tmp_path,
+        DPS_TOML.replace('runner = "cpu"', 'runner = "cuda"'),
+        {"reference.py": DPS_REF, "baseline.py": "def scale(x, out): pass\n"},
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "eat", "eval", str(path), str(path / "baseline.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: dps_scale needs the cuda runner: ")
@@ -220,15 +249,18 @@ def test_gpu_python_target_without_a_gpu_is_one_line_exit_2(tmp_path):
 def test_processes_are_refused_unless_the_target_allows_them(dps):
     """The seccomp filter stops a candidate's child processes (a fork bomb, or a JIT compiler
     such as cpp_extension's) unless [evaluation] allow_processes says otherwise."""
-    source = ("import subprocess\n\n"
-              "def scale(x, out):\n"
-              "    subprocess.run(['true'], check=True)\n"
-              "    out.copy_(x * 2)\n")
+    source = (
+        "import subprocess\n\n"
+        "def scale(x, out):\n"
+        "    subprocess.run(['true'], check=True)\n"
+        "    out.copy_(x * 2)\n"
+    )
     runner = runner_for(dps)
     refused = runner.evaluate(dps, source)
     assert refused.status == "crash" and "PermissionError" in refused.message
-    allowed = runner.evaluate(dps, source, config=dps.evaluation.model_copy(
-        update={"allow_processes": True}))
+    allowed = runner.evaluate(
+        dps, source, config=dps.evaluation.model_copy(update={"allow_processes": True})
+    )
     assert allowed.status == "ok", allowed.message
 
 
@@ -260,14 +292,24 @@ def test_an_llm_team_writes_python_candidates(dps, tmp_path, llm_server):
         return Reply(f"Multiply straight into out.\n\n```python\n{fast}```\n")
 
     llm_server.default = answer
-    ws, stop = start_run(dps.root, tmp_path / "ws", model="openai/eat-test-model",
-                           api_base=llm_server.base_url, teams=["coordinate"], max_evals=1,
-                           repairs=0, llm_backoff_s=0, llm_timeout_s=10, sleep=lambda s: None)
+    ws, stop = start_run(
+        dps.root,
+        tmp_path / "ws",
+        model="openai/eat-test-model",
+        api_base=llm_server.base_url,
+        teams=["coordinate"],
+        max_evals=1,
+        repairs=0,
+        llm_backoff_s=0,
+        llm_timeout_s=10,
+        sleep=lambda s: None,
+    )
     assert stop.code == "max_evals"
     assert run_status(ws)["best_candidate"] == "c0001"
     kept = next((ws / "teams").glob("*/candidates/c0001/candidate.py"))
     assert kept.read_text() == fast
-    coder = [r for r in llm_server.requests if "# Plan the next ideas" not in
-             json.dumps(r.messages)][0]
+    coder = [
+        r for r in llm_server.requests if "# Plan the next ideas" not in json.dumps(r.messages)
+    ][0]
     prompt = json.dumps(coder.messages)
     assert "function `scale`" in prompt and "```python" in prompt

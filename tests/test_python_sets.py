@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eat.runners import inputs, sets
-from eat.runners.base import runner_for
+from eat.runners import inputs, runner_for, sets
 from eat.target import load_target
 
 TOML = """
@@ -93,7 +92,7 @@ def combine(x, opts):
 def _own_target(folder: Path, monkeypatch, files: dict[str, str]) -> Path:
     """A target in `folder` with a cache of its own (beside it)."""
     monkeypatch.setenv("EAT_CACHE_DIR", str(folder.parent / "cache"))
-    monkeypatch.setattr(sets, "_SETS", {})
+    sets.forget()
     folder.mkdir(exist_ok=True)
     for name, text in files.items():
         (folder / name).write_text(textwrap.dedent(text))
@@ -103,8 +102,11 @@ def _own_target(folder: Path, monkeypatch, files: dict[str, str]) -> Path:
 @pytest.fixture
 def target(tmp_path, monkeypatch):
     """The nest target in a folder of its own, with a cache of its own."""
-    return _own_target(tmp_path / "nest", monkeypatch, {
-        "target.toml": TOML, "reference.py": REFERENCE, "baseline.py": BASELINE})
+    return _own_target(
+        tmp_path / "nest",
+        monkeypatch,
+        {"target.toml": TOML, "reference.py": REFERENCE, "baseline.py": BASELINE},
+    )
 
 
 @pytest.fixture
@@ -112,8 +114,9 @@ def children(monkeypatch) -> list[list[str]]:
     """The command of every contained process started from here on."""
     started = []
     real_run = sets.sandbox.run
-    monkeypatch.setattr(sets.sandbox, "run", lambda cmd, **kw: started.append(cmd)
-                        or real_run(cmd, **kw))
+    monkeypatch.setattr(
+        sets.sandbox, "run", lambda cmd, **kw: started.append(cmd) or real_run(cmd, **kw)
+    )
     return started
 
 
@@ -141,8 +144,9 @@ def test_a_later_evaluation_makes_no_sets(target, children):
     made = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     # Verification seeds, then warmup + max_repeats timed seeds per workload, none shared.
     assert {n for n in made if n.startswith("w1-")} == {"w1-s0.set", "w1-s1.set"} | {
-        f"w1-s{inputs.TIMED_SEED0 + j}.set" for j in range(1 + 8)}
-    sets._SETS.clear()
+        f"w1-s{inputs.TIMED_SEED0 + j}.set" for j in range(1 + 8)
+    }
+    sets.forget()
     ev = runner_for(load_target(target)).evaluate(t, BASELINE)
     assert ev.status == "ok" and ev.speedup
     assert _preparers(children) == 1
@@ -228,8 +232,11 @@ def reference(pair, out):
 @pytest.mark.slow  # three processes that import torch
 def test_bfloat16_inputs_and_outputs_of_torch(tmp_path, monkeypatch):
     right = "def add(pair, out):\n    out.copy_(pair[0] * pair[1])\n"
-    folder = _own_target(tmp_path / "bf16", monkeypatch, {
-        "target.toml": TORCH_TOML, "reference.py": TORCH_REFERENCE, "baseline.py": right})
+    folder = _own_target(
+        tmp_path / "bf16",
+        monkeypatch,
+        {"target.toml": TORCH_TOML, "reference.py": TORCH_REFERENCE, "baseline.py": right},
+    )
     t = load_target(folder)
     runner = runner_for(t)
     assert runner.evaluate(t, right, config=_check(t)).status == "ok"
@@ -255,8 +262,12 @@ def test_checks_made_on_the_device_never_pass_what_the_host_refuses():
     odd[7] = np.nan
     wild = ref.copy()
     wild[3] = np.inf
-    cases = [(o.astype(np.float32), ref) for o in near] + [(odd, ref), (odd, odd), (wild, wild),
-                                                             (ref.astype(np.float64), ref)]
+    cases = [(o.astype(np.float32), ref) for o in near] + [
+        (odd, ref),
+        (odd, odd),
+        (wild, wild),
+        (ref.astype(np.float64), ref),
+    ]
     passed = 0
     for out, want in cases:
         here = be.close(torch.from_numpy(out), torch.from_numpy(want), rtol, atol)
@@ -278,7 +289,12 @@ def test_a_set_keeps_the_shape_of_a_0_d_output(tmp_path):
     """A loss returns a 0-d tensor: its set holds it as 0-d, not as an array of one element
     (KernelBench's MSELoss judged against itself was `incorrect`: float32[] wanted float32[1])."""
     path = tmp_path / "w0-s0.set"
-    inputs._write_set(path, {"inputs": {"x": np.ones((2, 3), np.float32)},
-                             "expected": {"out": np.asarray(np.float32(0.5))}})
+    inputs._write_set(
+        path,
+        {
+            "inputs": {"x": np.ones((2, 3), np.float32)},
+            "expected": {"out": np.asarray(np.float32(0.5))},
+        },
+    )
     got = inputs.SetFiles(str(tmp_path), [[path.name, inputs.fingerprint(path)]])[0]
     assert got["expected"]["out"].shape == () and got["inputs"]["x"].shape == (2, 3)

@@ -38,8 +38,14 @@ def _ray_processes() -> list[str]:
 @pytest.mark.slow
 def test_a_run_on_the_ray_executor_evaluates_in_an_actor_and_leaves_nothing_behind(tmp_path):
     before = _ray_processes()
-    ws, stop = start_run(ROOT / "examples" / "cpu_matmul", tmp_path / "ws", executor="ray",
-                         workers=2, max_evals=4, eval_config=QUICK)
+    ws, stop = start_run(
+        ROOT / "examples" / "cpu_matmul",
+        tmp_path / "ws",
+        executor="ray",
+        workers=2,
+        max_evals=4,
+        eval_config=QUICK,
+    )
     assert stop.code == "max_evals"
     st = run_status(ws)
     assert st["evaluations"] == 4 and st["best_speedup"] > 0
@@ -70,10 +76,24 @@ def test_a_killed_run_leaves_ray_processes_the_next_ray_run_ends(tmp_path):
 
     cache = tmp_path / "cache"
     env = os.environ | {"EAT_CACHE_DIR": str(cache)}
-    run = subprocess.Popen([sys.executable, "-m", "eat", "start", str(ROOT / "examples" /
-                            "cpu_matmul"), "-w", str(tmp_path / "ws"), "--executor", "ray",
-                            "--max-evals", "60"], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(ROOT / "examples" / "cpu_matmul"),
+            "-w",
+            str(tmp_path / "ws"),
+            "--executor",
+            "ray",
+            "--max-evals",
+            "60",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     record = cache / "ray-runs" / f"{run.pid}.json"
     deadline = time.monotonic() + 240
     while not record.exists() and time.monotonic() < deadline and run.poll() is None:

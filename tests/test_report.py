@@ -11,9 +11,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import serial_run
 from typer.testing import CliRunner
 
-import serial_run
 from eat.cli import app
 from eat.events import LLMCalled
 from eat.report import write_report
@@ -32,10 +32,16 @@ class Page(HTMLParser):
         self.feed(html)
 
     def handle_starttag(self, tag, attrs):
-        team = next((e["attrs"].get("data-team") for e in reversed(self.open)
-                     if e["tag"] == "g"), None)
-        el = {"tag": tag, "attrs": dict(attrs), "team": team, "text": "",
-              "parent": self.open[-1] if self.open else None}
+        team = next(
+            (e["attrs"].get("data-team") for e in reversed(self.open) if e["tag"] == "g"), None
+        )
+        el = {
+            "tag": tag,
+            "attrs": dict(attrs),
+            "team": team,
+            "text": "",
+            "parent": self.open[-1] if self.open else None,
+        }
         self.elements.append(el)
         if tag not in ("meta", "br", "hr", "img", "input", "link"):  # HTML's void elements
             self.open.append(el)
@@ -55,8 +61,12 @@ class Page(HTMLParser):
             el["text"] += data
 
     def find(self, tag: str, **attrs) -> list[dict]:
-        return [e for e in self.elements if e["tag"] == tag and all(
-            e["attrs"].get(k.replace("_", "-")) == v for k, v in attrs.items())]
+        return [
+            e
+            for e in self.elements
+            if e["tag"] == tag
+            and all(e["attrs"].get(k.replace("_", "-")) == v for k, v in attrs.items())
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +162,16 @@ def _with_llm_calls(run60: Path, dst: Path) -> Path:
     ws = Workspace.open(dst)
     ws.load()
     for i in range(1, 6):
-        ws.append(LLMCalled(agent="<script>alert(1)</script>/coder", model="openai/m",
-                            prompt_tokens=1000 * i, completion_tokens=100, cost_usd=0.01 * i,
-                            elapsed_s=30.0 * i))
+        ws.append(
+            LLMCalled(
+                agent="<script>alert(1)</script>/coder",
+                model="openai/m",
+                prompt_tokens=1000 * i,
+                completion_tokens=100,
+                cost_usd=0.01 * i,
+                elapsed_s=30.0 * i,
+            )
+        )
     with open(ws.paths.learning, "a") as f:
         f.write("\nA person's note: <b>keep PACK=2</b> & **bold** `code`\n")
     return dst
@@ -165,7 +182,12 @@ def test_llm_calls_are_charted_and_text_is_escaped(run60, tmp_path):
     html = write_report(ws, tmp_path / "r.html").read_text()
     page = Page(html)
     assert [s["attrs"]["data-chart"] for s in page.find("svg", **{"class": "chart"})] == [
-        "progress", "lineage", "workloads", "tokens", "cost"]
+        "progress",
+        "lineage",
+        "workloads",
+        "tokens",
+        "cost",
+    ]
     tokens = page.find("svg", data_chart="tokens")[0]
     line = next(e for e in page.elements if e["tag"] == "polyline" and e["parent"] is tokens)
     assert len(line["attrs"]["points"].split()) == 5
@@ -184,7 +206,8 @@ def test_a_running_run_with_a_torn_log_is_read_and_left_as_it_is(run60, tmp_path
     html = write_report(ws, tmp_path / "r.html").read_text()
     assert history.read_bytes() == before
     assert len(Page(html).find("circle", **{"class": "node"})) == len(
-        [e for e in _events(run60) if e.type == "candidate_evaluated"])
+        [e for e in _events(run60) if e.type == "candidate_evaluated"]
+    )
 
 
 def test_bad_input_exits_2_and_damages_nothing(run60, tmp_path):
@@ -192,12 +215,14 @@ def test_bad_input_exits_2_and_damages_nothing(run60, tmp_path):
     shutil.copytree(run60, ws)
     (tmp_path / "empty").mkdir()
     before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
-    for args, words in [([str(tmp_path / "nope")], "no such workspace"),
-                        ([str(tmp_path / "empty")], "not an eat workspace"),
-                        ([str(ws), "-o", str(tmp_path / "no" / "r.html")], "no such folder"),
-                        ([str(ws), "-o", str(ws / "teams")], "is a folder"),
-                        ([str(ws), "-o", str(ws / "eat.toml" / "r.html")], "no such folder"),
-                        ([str(ws), "-o", "/proc/eat-report.html"], "cannot write")]:
+    for args, words in [
+        ([str(tmp_path / "nope")], "no such workspace"),
+        ([str(tmp_path / "empty")], "not an eat workspace"),
+        ([str(ws), "-o", str(tmp_path / "no" / "r.html")], "no such folder"),
+        ([str(ws), "-o", str(ws / "teams")], "is a folder"),
+        ([str(ws), "-o", str(ws / "eat.toml" / "r.html")], "no such folder"),
+        ([str(ws), "-o", "/proc/eat-report.html"], "cannot write"),
+    ]:
         done = CliRunner().invoke(app, ["report", *args])
         assert done.exit_code == 2, (args, done.output)
         assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
@@ -211,25 +236,36 @@ def _dump_dom(pages: list[Path], tmp_path: Path) -> list[str]:
     """Each page's DOM after its scripts ran, from headless Chromium (run side by side)."""
     procs = []
     for i, page in enumerate(pages):
-        argv = [str(CHROMIUM), "--headless", "--disable-gpu", "--no-first-run",
-                f"--user-data-dir={tmp_path / f'chromium-{i}'}", "--virtual-time-budget=5000",
-                "--dump-dom", page.as_uri()]
+        argv = [
+            str(CHROMIUM),
+            "--headless",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / f'chromium-{i}'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ]
         if os.geteuid() == 0:
             argv.insert(1, "--no-sandbox")  # Chromium refuses to sandbox as root
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                      text=True))
+        procs.append(
+            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        )
     return [p.communicate(timeout=120)[0] for p in procs]
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (/usr/bin/chromium) "
-                    "for the headless-browser check")
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs Debian's chromium (/usr/bin/chromium) for the headless-browser check",
+)
 @pytest.mark.slow
 def test_a_browser_loads_the_page_without_errors_and_draws_every_chart(run60, tmp_path):
     report = write_report(_with_llm_calls(run60, tmp_path / "ws"), tmp_path / "r.html")
     # The same page with a broken script: proves the page's error recorder reports errors.
     broken = tmp_path / "broken.html"
-    broken.write_text(report.read_text().replace(
-        "</body>", "<script>notDefinedAnywhere();</script></body>"))
+    broken.write_text(
+        report.read_text().replace("</body>", "<script>notDefinedAnywhere();</script></body>")
+    )
     good, bad = _dump_dom([report, broken], tmp_path)
 
     body = Page(good).find("body")[0]["attrs"]

@@ -1,11 +1,12 @@
 """The supervisor's decisions (eat.restructure), each on a synthetic history."""
 
+from history import CFG, History
+
 from eat.config import RunConfig
 from eat.events import AttemptFailed, CandidateEvaluated, RestructureScored
 from eat.plateau import detect_plateaus
 from eat.restructure import Limits, arm_values, decide, diagnose, score
 from eat.team import pick_team
-from history import CFG, History
 
 LIMITS = Limits(max_teams=4)
 
@@ -13,8 +14,11 @@ LIMITS = Limits(max_teams=4)
 def act(h: History, limits: Limits = LIMITS, kinds=None, scope=None):
     """Detect, diagnose and decide as one supervisor step does (on the plateaus of these kinds
     and scope); record what it decided."""
-    found = [p for p in detect_plateaus(h.state, CFG) if (kinds is None or p.kind in kinds)
-             and (scope is None or p.scope == scope)]
+    found = [
+        p
+        for p in detect_plateaus(h.state, CFG)
+        if (kinds is None or p.kind in kinds) and (scope is None or p.scope == scope)
+    ]
     for p in found:
         h.add(p.event())
     ops = decide([diagnose(p, h.state) for p in found], h.state, limits)
@@ -38,12 +42,12 @@ def climbed_optimum(h: History) -> None:
 def test_a_region_exploration_opened_gets_a_climb_kept_out_of_found_optima():
     h = History("coordinate-1", "explorer-2")
     climbed_optimum(h)
-    bump = h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)   # twice its neighbour: a bump
+    bump = h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)  # twice its neighbour: a bump
     ops = act(h)
     assert summary(ops) == [("fork", None, "coordinate", bump.candidate)]
     team = h.state.teams["coordinate-3"]
     assert team.start_from == bump.candidate and team.avoid == ["c0002"]
-    assert act(h) == []                        # declared once, and now being climbed
+    assert act(h) == []  # declared once, and now being climbed
 
 
 def test_a_poor_sample_among_poor_neighbours_opens_nothing():
@@ -79,13 +83,15 @@ def test_a_stalled_climb_restarts_in_the_best_unclimbed_region_and_is_replaced()
     h = History("coordinate-1", "explorer-2", "coordinate-3")
     climbed_optimum(h)
     h.eval("explorer-2", 1.7, A=9, B=9, C=9, D=8)
-    h.state.opened.add("c0006")                 # seen before, but no climb was possible then
+    h.state.opened.add("c0006")  # seen before, but no climb was possible then
     h.eval("coordinate-3", 1.2, A=4, B=4, C=4, D=4)
     for i in range(4):
         h.eval("coordinate-3", 1.0, A=4, B=4, C=4, D=5 + i)
     ops = act(h, kinds={"stalled"}, scope="team")
-    assert summary(ops) == [("fork", None, "model", "c0006"), ("retire", "coordinate-3", None,
-                                                                None)]
+    assert summary(ops) == [
+        ("fork", None, "model", "c0006"),
+        ("retire", "coordinate-3", None, None),
+    ]
     assert "chosen: fork model" in ops[0].reason
 
 
@@ -95,8 +101,12 @@ def test_a_stalled_climb_with_nowhere_better_to_go_gives_its_turns_to_the_others
     h.eval("coordinate-3", 1.2, A=4, B=4, C=4, D=4)
     for i in range(4):
         h.eval("coordinate-3", 1.0, A=4, B=4, C=4, D=5 + i)
-    ops = act(h, Limits(max_teams=4, presets=frozenset({"coordinate", "explorer"})),
-              kinds={"stalled"}, scope="team")
+    ops = act(
+        h,
+        Limits(max_teams=4, presets=frozenset({"coordinate", "explorer"})),
+        kinds={"stalled"},
+        scope="team",
+    )
     assert summary(ops) == [("retire", "coordinate-3", None, None)]
 
 
@@ -106,8 +116,12 @@ def test_an_explorer_that_stalls_is_kept_out_of_the_regions_found():
     for i in range(4):
         h.eval("explorer-2", 0.7, A=i, B=7, C=7, D=7)
     (op,) = act(h, kinds={"stalled"}, scope="team")
-    assert (op.op, op.team, op.params["strategy"], op.params["avoid"]) == \
-        ("redirect", "explorer-2", "explorer", ["c0002"])
+    assert (op.op, op.team, op.params["strategy"], op.params["avoid"]) == (
+        "redirect",
+        "explorer-2",
+        "explorer",
+        ["c0002"],
+    )
     assert h.state.teams["explorer-2"].avoid == ["c0002"]
 
 
@@ -115,8 +129,8 @@ def test_a_decision_is_scored_only_by_the_team_it_created():
     h = History("coordinate-1", "explorer-2")
     climbed_optimum(h)
     h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
-    act(h)                                      # fork coordinate-3 at c0006
-    h.eval("explorer-2", 3.0, A=7, B=0, C=7, D=0)   # another team beats the run's best
+    act(h)  # fork coordinate-3 at c0006
+    h.eval("explorer-2", 3.0, A=7, B=0, C=7, D=0)  # another team beats the run's best
     for _ in range(3):
         h.eval("coordinate-3", 1.7)
     (verdict,) = score(h.state, 3)
@@ -145,8 +159,7 @@ def test_scored_restarts_steer_the_next_choice():
     assert max(before, key=before.get) == "fork model"
     h.state.restructure_arms.update({101: "fork model", 102: "fork model"})
     for seq in (101, 102):
-        h.add(RestructureScored(restructure=seq, helped=False, best_before=2.0,
-                                best_after=2.0))
+        h.add(RestructureScored(restructure=seq, helped=False, best_before=2.0, best_after=2.0))
     after = arm_values(h.state)
     assert h.state.arm_stats["fork model"] == (2, 0)
     assert after["fork model"] < after["fork coordinate"]
@@ -207,8 +220,16 @@ def test_no_team_is_spawned_past_the_cap_and_the_last_team_stays():
 def test_knobless_candidates_converge_only_on_the_same_source():
     def knobless(h, team, digest, speedup):
         h.n += 1
-        h.add(CandidateEvaluated(candidate=f"c{h.n:04d}", team=team, source_hash=digest,
-                                 status="ok", speedup=speedup, noise=0.01))
+        h.add(
+            CandidateEvaluated(
+                candidate=f"c{h.n:04d}",
+                team=team,
+                source_hash=digest,
+                status="ok",
+                speedup=speedup,
+                noise=0.01,
+            )
+        )
 
     for same in (False, True):
         h = History("coordinate-1", "explorer-2")
@@ -229,14 +250,14 @@ def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
     Ctx.state = h.state
     h.eval("coordinate-1", 1.0)
     h.eval("explorer-2", 1.0)
-    h.eval("coordinate-1", 1.5)                 # a gain: it plays on
+    h.eval("coordinate-1", 1.5)  # a gain: it plays on
     assert pick_team(Ctx).id == "coordinate-1"
-    h.eval("coordinate-1", 2.0)                 # its free turn, and another gain
+    h.eval("coordinate-1", 2.0)  # its free turn, and another gain
     assert pick_team(Ctx).id == "coordinate-1"
-    h.eval("coordinate-1", 1.0)                 # no gain: turns by share again
+    h.eval("coordinate-1", 1.0)  # no gain: turns by share again
     assert pick_team(Ctx).id == "explorer-2"
     assert h.state.teams["coordinate-1"].turns == h.state.teams["explorer-2"].turns + 1
     Ctx.config = RunConfig(target="t", supervise=False)
     h.eval("explorer-2", 1.0)
     h.eval("coordinate-1", 3.0)
-    assert pick_team(Ctx).id == "explorer-2"    # without supervision, no one plays on
+    assert pick_team(Ctx).id == "explorer-2"  # without supervision, no one plays on

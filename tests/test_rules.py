@@ -3,11 +3,20 @@
 import math
 import random
 
+from history import CFG, History
+
 from eat.config import RunConfig
 from eat.events import CandidateEvaluated, EliteRetimed, TeamSpawned
-from eat.plateau import (LOOK, PROMISING, climbed, detect_plateaus, elite_to_retime, far_apart,
-                         promising_regions)
-from history import CFG, History
+from eat.plateau import (
+    LOOK,
+    PROMISING,
+    climbed,
+    detect_plateaus,
+    elite_to_retime,
+    far_apart,
+    promising_regions,
+)
+
 
 def kinds(plateaus):
     return sorted((p.scope, p.kind, p.team) for p in plateaus)
@@ -15,12 +24,12 @@ def kinds(plateaus):
 
 def test_gains_inside_the_noise_do_not_count_as_progress():
     h = History("a-1")
-    h.eval("a-1", 2.0, noise=0.05)        # elite with a 5% spread
-    for s in (2.04, 2.06, 2.08, 2.09):    # each a new best, none beyond the spread
+    h.eval("a-1", 2.0, noise=0.05)  # elite with a 5% spread
+    for s in (2.04, 2.06, 2.08, 2.09):  # each a new best, none beyond the spread
         h.eval("a-1", s)
     assert h.state.teams["a-1"].since_improvement == 4
     assert kinds(detect_plateaus(h.state, CFG)) == [("team", "stalled", "a-1")]
-    h.eval("a-1", 2.5)                     # a real gain resets the counter
+    h.eval("a-1", 2.5)  # a real gain resets the counter
     assert h.state.teams["a-1"].since_improvement == 0
     assert detect_plateaus(h.state, CFG) == []
 
@@ -35,7 +44,7 @@ def test_run_plateau_needs_the_whole_run_to_stall_and_is_declared_once():
     for p in found:
         h.add(p.event())
     assert ("run", "stalled", None) not in kinds(detect_plateaus(h.state, CFG))
-    for _ in range(6):                     # another full window without progress: again
+    for _ in range(6):  # another full window without progress: again
         h.eval("a-1", 1.0)
     assert ("run", "stalled", None) in kinds(detect_plateaus(h.state, CFG))
 
@@ -63,17 +72,19 @@ def test_two_teams_with_the_same_best_have_converged():
 def test_elite_is_retimed_before_a_stall_and_a_lucky_elite_steps_down():
     h = History("a-1")
     h.eval("a-1", 2.0)
-    h.eval("a-1", 3.0)                      # lucky measurement
+    h.eval("a-1", 3.0)  # lucky measurement
     h.eval("a-1", 2.8)
     for _ in range(3):
         h.eval("a-1", 1.0)
     plateaus = detect_plateaus(h.state, CFG)
     assert elite_to_retime(h.state, plateaus).cid == "c0002"
-    h.add(EliteRetimed(candidate="c0002", speedup=2.0))   # median of 3.0 and 2.0 is 2.5
+    h.add(EliteRetimed(candidate="c0002", speedup=2.0))  # median of 3.0 and 2.0 is 2.5
     assert h.state.best.cid == "c0003"
-    assert h.state.since_improvement == 3   # c0003 beat the honest 2.5 by more than the noise
-    assert elite_to_retime(h.state, detect_plateaus(h.state, CFG)) is None or \
-        h.state.best.cid not in h.state.retimed
+    assert h.state.since_improvement == 3  # c0003 beat the honest 2.5 by more than the noise
+    assert (
+        elite_to_retime(h.state, detect_plateaus(h.state, CFG)) is None
+        or h.state.best.cid not in h.state.retimed
+    )
 
 
 def test_a_retime_that_confirms_the_elite_changes_no_counter():
@@ -82,8 +93,8 @@ def test_a_retime_that_confirms_the_elite_changes_no_counter():
     h.eval("a-1", 2.02)
     for _ in range(5):
         h.eval("a-1", 1.0)
-    h.add(EliteRetimed(candidate="c0002", speedup=1.98))   # best is now c0001 (2.0 > 2.0)
-    assert h.state.since_improvement == 6                   # still no gain since c0001
+    h.add(EliteRetimed(candidate="c0002", speedup=1.98))  # best is now c0001 (2.0 > 2.0)
+    assert h.state.since_improvement == 6  # still no gain since c0001
 
 
 def test_an_elite_that_fails_its_retime_loses_its_place():
@@ -96,20 +107,28 @@ def test_an_elite_that_fails_its_retime_loses_its_place():
 
 
 def test_a_forked_team_searches_around_its_start_until_it_beats_it():
+    from pathlib import Path
+
     from eat.agents.offline import OfflineAgent
     from eat.target import load_target
-    from pathlib import Path
 
     target = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
     h = History("a-1")
     h.eval("a-1", 9.0, LOOP_ORDER="IKJ", TILE=0, UNROLL=4, CFLAGS="-O3 -march=native")
-    h.add(TeamSpawned(team="refiner-2", preset="refiner", strategy="refiner", directive="d",
-                      start_from="c0001"))
+    h.add(
+        TeamSpawned(
+            team="refiner-2",
+            preset="refiner",
+            strategy="refiner",
+            directive="d",
+            start_from="c0001",
+        )
+    )
     h.eval("refiner-2", 2.0, LOOP_ORDER="JKI", TILE=0, UNROLL=4, CFLAGS="-O3 -march=native")
     agent = OfflineAgent(target, seed=0)
     for _ in range(5):
         p = agent.propose(h.state.teams["refiner-2"], h.state)
-        assert p.parent == "c0001"                  # not the team's own weaker best
+        assert p.parent == "c0001"  # not the team's own weaker best
         h.eval("refiner-2", 1.0, **p.knobs)
 
 
@@ -180,23 +199,43 @@ def test_promising_regions_are_what_their_definition_finds():
         h = History("explorer-1", "coordinate-2")
         rugged, wide = seed % 2 == 0, seed % 3 == 0  # wide: more regions than LOOK looks at
         for i in range(1500 if wide else rng.choice((60, 150, 400))):
-            knobs = {"A": rng.randrange(4), "B": rng.choice(["x", "y", "z"]),
-                     "C": rng.choice([1, 2.5, "2.5"]), "D": rng.randrange(3)}
+            knobs = {
+                "A": rng.randrange(4),
+                "B": rng.choice(["x", "y", "z"]),
+                "C": rng.choice([1, 2.5, "2.5"]),
+                "D": rng.randrange(3),
+            }
             if wide:
                 knobs |= {"F": rng.randrange(5), "G": rng.randrange(5), "H": rng.randrange(5)}
             if i > 30 and rng.random() < 0.1:
                 knobs["E"] = rng.randrange(2)
             status = "incorrect" if rng.random() < 0.1 else "ok"
             # Rounded, so that equal estimates happen (the earlier candidate comes first).
-            speed = round(rng.uniform(0.5, 4), 1) if rugged else 1 + 0.01 * sum(
-                v for v in knobs.values() if isinstance(v, int))
+            speed = (
+                round(rng.uniform(0.5, 4), 1)
+                if rugged
+                else 1 + 0.01 * sum(v for v in knobs.values() if isinstance(v, int))
+            )
             h.eval(rng.choice(["explorer-1", "coordinate-2"]), speed, status=status, **knobs)
             if rng.random() < 0.05 and h.state.best:
                 ok = rng.random() < 0.7
-                h.add(EliteRetimed(candidate=h.state.best.cid, status="ok" if ok else "crash",
-                                   speedup=rng.uniform(0.5, 4) if ok else None))
-        h.add(CandidateEvaluated(candidate="llm", team="explorer-1", source_hash="llm",
-                                 status="ok", speedup=3.0, knobs={}))  # an LLM team's start
+                h.add(
+                    EliteRetimed(
+                        candidate=h.state.best.cid,
+                        status="ok" if ok else "crash",
+                        speedup=rng.uniform(0.5, 4) if ok else None,
+                    )
+                )
+        h.add(
+            CandidateEvaluated(
+                candidate="llm",
+                team="explorer-1",
+                source_hash="llm",
+                status="ok",
+                speedup=3.0,
+                knobs={},
+            )
+        )  # an LLM team's start
         state, no_knobs = h.state, h.state.candidates["llm"]
         known = climbed(state) + [no_knobs] + rng.sample(list(state.candidates.values()), 3)
         taken = set(rng.sample(sorted(state.candidates), 5))
@@ -218,8 +257,15 @@ def test_a_turns_snapshot_and_the_live_state_go_their_own_ways():
     assert h.state.best.cid == "c0001" and h.state.teams["b-2"].best is None
     assert snap.best.cid == "c0002" and snap.teams["b-2"].best.estimate == 3.0
     assert snap.candidates["c0002"].estimate == 3.0
-    own = CandidateEvaluated(candidate="c0003", team="a-1", source_hash="h3", status="ok",
-                             speedup=5.0, noise=0.01, knobs={"A": 3})
+    own = CandidateEvaluated(
+        candidate="c0003",
+        team="a-1",
+        source_hash="h3",
+        status="ok",
+        speedup=5.0,
+        noise=0.01,
+        knobs={"A": 3},
+    )
     own.seq = snap.seq + 1
     snap.apply(own)
     assert snap.best.cid == "c0003" and snap.teams["a-1"].evals == 2

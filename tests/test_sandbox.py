@@ -9,14 +9,18 @@ from pathlib import Path
 import pytest
 
 import eat
-
 from eat.runners import sandbox
 
 
 def _py(code: str, tmp_path, limits=None, env_extra=None, **kw):
     env = sandbox.clean_env(tmp_path, env_extra)
-    return sandbox.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                       limits=limits or sandbox.Limits(wall_s=20), **kw)
+    return sandbox.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        limits=limits or sandbox.Limits(wall_s=20),
+        **kw,
+    )
 
 
 def test_environment_keeps_path_and_drops_secrets(tmp_path, monkeypatch):
@@ -33,14 +37,16 @@ def test_environment_keeps_path_and_drops_secrets(tmp_path, monkeypatch):
 
 def test_wall_clock_kill_reaches_the_whole_group(tmp_path):
     mark = f"300.{os.getpid()}"  # a sleep of this test's own, not one another process runs
-    code = (f"import subprocess, time; subprocess.Popen(['sleep', '{mark}']); time.sleep(300)")
+    code = f"import subprocess, time; subprocess.Popen(['sleep', '{mark}']); time.sleep(300)"
     start = time.monotonic()
     done = _py(code, tmp_path, limits=sandbox.Limits(wall_s=1))
     assert done.timed_out and time.monotonic() - start < 10
     deadline = time.monotonic() + 5  # SIGKILL is delivered asynchronously
-    while (leftovers := [p for p in os.listdir("/proc")
-                         if p.isdigit() and _cmdline(p) == f"sleep{mark}"]) and \
-            time.monotonic() < deadline:
+    while (
+        leftovers := [
+            p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == f"sleep{mark}"
+        ]
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert leftovers == []
 
@@ -54,14 +60,18 @@ def _cmdline(pid: str) -> str:
 
 
 def test_address_space_limit_stops_huge_allocations(tmp_path):
-    done = _py("b = bytearray(50 << 30)", tmp_path,
-               limits=sandbox.Limits(wall_s=20, address_space_bytes=2 << 30))
+    done = _py(
+        "b = bytearray(50 << 30)",
+        tmp_path,
+        limits=sandbox.Limits(wall_s=20, address_space_bytes=2 << 30),
+    )
     assert done.returncode != 0 and "MemoryError" in done.stderr
 
 
 def test_output_is_truncated(tmp_path):
-    done = _py("print('x' * 1_000_000)", tmp_path,
-               limits=sandbox.Limits(wall_s=20, max_output_chars=1000))
+    done = _py(
+        "print('x' * 1_000_000)", tmp_path, limits=sandbox.Limits(wall_s=20, max_output_chars=1000)
+    )
     assert done.returncode == 0 and len(done.stdout) < 1200 and "characters cut" in done.stdout
 
 
@@ -71,8 +81,10 @@ def test_no_core_dumps_and_signal_is_named(tmp_path):
     assert not any(p.name.startswith("core") for p in tmp_path.iterdir())
 
 
-@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"),
-                    reason="the seccomp filter is defined for x86_64 and aarch64 only")
+@pytest.mark.skipif(
+    os.uname().machine not in ("x86_64", "aarch64"),
+    reason="the seccomp filter is defined for x86_64 and aarch64 only",
+)
 def test_lock_down_allows_threads_and_refuses_processes_and_the_network(tmp_path):
     code = """
 import os, threading, ctypes
@@ -106,13 +118,13 @@ for family, kind in [("inet", socket.AF_INET), ("inet6", socket.AF_INET6),
     assert "io_uring -1 1" in done.stdout  # it would run opens and sockets unfiltered
 
 
-_ATTEMPT = '''
+_ATTEMPT = """
 def attempt(what, call):
     try:
         call(); print(what, "done")
     except OSError as e:
         print(what, "refused", e.errno)
-'''
+"""
 
 
 def _attempts(code: str, cwd: Path) -> dict[str, str]:
@@ -123,12 +135,14 @@ def _attempts(code: str, cwd: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in done.stdout.splitlines())
 
 
-@pytest.mark.skipif(sandbox.landlock_abi() < 4,
-                    reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule")
+@pytest.mark.skipif(
+    sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule"
+)
 def test_confine_keeps_writes_in_the_folder_and_refuses_tcp(tmp_path):
     """Files change only beneath the given folders (a rename out of one is refused too), the rest
     of the filesystem stays readable, and no TCP connection opens, even to this machine."""
     import socket
+
     server = socket.create_server(("127.0.0.1", 0))
     own = tmp_path / "own"
     own.mkdir()
@@ -157,14 +171,16 @@ attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {server.getsocknam
     assert "write only in their own folder and open no TCP" in sandbox.containment()  # doctor
 
 
-@pytest.mark.skipif(sandbox.landlock_abi() < 4,
-                    reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule")
+@pytest.mark.skipif(
+    sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7) for its TCP rule"
+)
 def test_an_agents_fence_hides_what_it_must_not_read_and_leaves_the_network_open(tmp_path):
     """`confine(writable, unreadable, network=True)`, an agent's fence: files beneath the
     unreadable folders cannot be read, by path or through a symbolic link, though their names
     can be listed; everything else reads as before, also through links (Python imports, a
     shell); writes stay in the writable folder; TCP connects."""
     import socket
+
     server = socket.create_server(("127.0.0.1", 0))
     sealed, own = tmp_path / "ws" / ".eat" / "sealed", tmp_path / "ws" / "worktree"
     sealed.mkdir(parents=True)
@@ -198,11 +214,13 @@ print("shell", shell.stdout.strip(), "Permission denied" in shell.stderr)
 
 def test_contained_processes_die_with_the_process_that_started_them(tmp_path):
     repo = Path(eat.__file__).resolve().parent.parent
-    code = (f"import sys; sys.path.insert(0, {str(repo)!r})\n"
-            "from pathlib import Path\nfrom eat.runners import sandbox\n"
-            f"d = Path({str(tmp_path)!r})\n"
-            "sandbox.run(['sleep', '301'], cwd=d, env=sandbox.clean_env(d),"
-            " limits=sandbox.Limits(wall_s=600))\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(repo)!r})\n"
+        "from pathlib import Path\nfrom eat.runners import sandbox\n"
+        f"d = Path({str(tmp_path)!r})\n"
+        "sandbox.run(['sleep', '301'], cwd=d, env=sandbox.clean_env(d),"
+        " limits=sandbox.Limits(wall_s=600))\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code])
     sleepers = []
     deadline = time.monotonic() + 20
@@ -210,7 +228,7 @@ def test_contained_processes_die_with_the_process_that_started_them(tmp_path):
         sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep301"]
         time.sleep(0.05)
     assert sleepers, "the contained sleep never started"
-    parent.kill()                       # eat killed with -9 mid-check
+    parent.kill()  # eat killed with -9 mid-check
     parent.wait()
     deadline = time.monotonic() + 5
     while any(_cmdline(p) == "sleep301" for p in sleepers) and time.monotonic() < deadline:

@@ -2,12 +2,12 @@
 the folder stops the run (target_changed), and `eat resume` refuses it unless told."""
 
 import pytest
+from fake_runner import FakeRunner
 
 from eat.errors import BadInput
 from eat.run import resume_run, run_status, start_run
 from eat.seal import Seal, digest, files_of, snapshot
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
 
 
 def events(ws, kind):
@@ -58,8 +58,9 @@ def test_a_target_changed_mid_run_stops_the_run_and_resume_refuses_it(quick_matm
     _, stop = resume_run(ws, runner=FakeRunner(lambda k: 2.0), max_evals=3)
     assert stop.code == "max_evals" and len(events(ws, "target_changed")) == 1
     (quick_matmul / "reference.py").write_text(text)
-    _, stop = resume_run(ws, runner=FakeRunner(lambda k: 2.0), max_evals=4,
-                         accept_target_change=True)
+    _, stop = resume_run(
+        ws, runner=FakeRunner(lambda k: 2.0), max_evals=4, accept_target_change=True
+    )
     assert stop.code == "max_evals"
     accepted = events(ws, "target_changed")[-1]
     assert accepted.accepted and accepted.files == ["reference.py"]
@@ -90,8 +91,7 @@ def test_a_workspace_inside_its_target_folder_is_no_part_of_the_target(quick_mat
     """`eat start .` from the target folder puts the workspace inside it: its files, written
     all run long, are neither copied into the snapshot nor taken for a change."""
     ws = quick_matmul / "workspaces" / "run"
-    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(lambda k: 2.0), max_evals=3,
-                        workers=1)
+    _, stop = start_run(quick_matmul, ws, runner=FakeRunner(lambda k: 2.0), max_evals=3, workers=1)
     assert stop.code == "max_evals" and not events(ws, "target_changed")
     assert not list((ws / ".eat" / "sealed" / "target").rglob("history.jsonl"))
 
@@ -117,17 +117,23 @@ def test_a_candidate_cannot_read_the_sealed_folder_or_private_data(quick_matmul,
     """The harness sees private/ (the reference reads it); the candidate loaded after it, in
     the same process, cannot read it, nor the log's key: it could otherwise print them into
     the log its agent gets back. Without the rule (unreadable = []) it can: the test can fail."""
-    from eat.runners.base import runner_for
+    from eat.runners import runner_for
     from eat.target import load_target
+
     (quick_matmul / "private").mkdir()
     (quick_matmul / "private" / "held.txt").write_text("held-out-77")
     ws = tmp_path / "ws"
     start_run(quick_matmul, ws, runner=FakeRunner(lambda k: 2.0), max_evals=1)
     sealed = ws / ".eat" / "sealed"
-    paths = [sealed / "key", sealed / "target" / "private" / "held.txt",
-             quick_matmul / "private" / "held.txt"]
-    source = LEAKY.replace("PATHS", ", ".join(f'"{p}"' for p in paths)) + \
-        (quick_matmul / "baseline.c").read_text()
+    paths = [
+        sealed / "key",
+        sealed / "target" / "private" / "held.txt",
+        quick_matmul / "private" / "held.txt",
+    ]
+    source = (
+        LEAKY.replace("PATHS", ", ".join(f'"{p}"' for p in paths))
+        + (quick_matmul / "baseline.c").read_text()
+    )
     target = load_target(sealed / "target")
     cfg = target.evaluation.model_copy(update={"timed": False})
     runner = runner_for(target)
@@ -144,8 +150,9 @@ def test_a_link_back_up_the_target_folder_is_walked_once(tmp_path):
     (tmp_path / "t" / "sub").mkdir(parents=True)
     (tmp_path / "t" / "a.c").write_text("a")
     (tmp_path / "t" / "sub" / "up").symlink_to(tmp_path / "t")
-    assert files_of(tmp_path / "t") == files_of(tmp_path / "t") and \
-        sorted(files_of(tmp_path / "t")) == ["a.c"]
+    assert files_of(tmp_path / "t") == files_of(tmp_path / "t") and sorted(
+        files_of(tmp_path / "t")
+    ) == ["a.c"]
     (tmp_path / "t" / "sub" / "b.c").write_text("b")
     (tmp_path / "t" / "again").symlink_to(tmp_path / "t" / "sub")
     assert digest(files_of(tmp_path / "t")) == snapshot(tmp_path / "t", tmp_path / "copy")

@@ -10,22 +10,29 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import EXAMPLES, QUICK_EVALUATION
+from fake_runner import FakeRunner
 from llm_server import Reply
 
-from conftest import EXAMPLES, QUICK_EVALUATION
 from eat.config import PlateauConfig
 from eat.errors import BadInput
 from eat.run import resume_run, run_status, start_run
 from eat.skill import body, evaluations_to_reach, export, fingerprint, parse
 from eat.target import load_target
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
 
 MODEL = "openai/eat-test-model"
 # The optimum's value of each knob (the rest score by their distance in the knob's list):
 # far from the baseline's first values, so a climb from the baseline takes many steps.
-PEAK = {"LOOP_ORDER": "KJI", "TILE": "64", "UNROLL": "8", "MR": "6", "NR": "24", "PACK": "2",
-        "CFLAGS": "-O3 -march=native -ffast-math"}
+PEAK = {
+    "LOOP_ORDER": "KJI",
+    "TILE": "64",
+    "UNROLL": "8",
+    "MR": "6",
+    "NR": "24",
+    "PACK": "2",
+    "CFLAGS": "-O3 -march=native -ffast-math",
+}
 
 
 def landscape(target):
@@ -34,15 +41,19 @@ def landscape(target):
     t = load_target(target)
 
     def distance(knobs):
-        return sum(abs([str(v) for v in k.values].index(knobs.get(name, str(k.values[0])))
-                       - [str(v) for v in k.values].index(PEAK[name]))
-                   for name, k in t.knobs.items())
+        return sum(
+            abs(
+                [str(v) for v in k.values].index(knobs.get(name, str(k.values[0])))
+                - [str(v) for v in k.values].index(PEAK[name])
+            )
+            for name, k in t.knobs.items()
+        )
+
     return lambda knobs: 1.2 ** (distance({}) - distance(knobs))
 
 
 def earlier_run(target, ws, evals=30, seed=0):
-    return start_run(target, ws, runner=FakeRunner(landscape(target)), max_evals=evals,
-                     seed=seed)
+    return start_run(target, ws, runner=FakeRunner(landscape(target)), max_evals=evals, seed=seed)
 
 
 def evals_to_reach(ws, speedup):
@@ -74,7 +85,8 @@ def skill_file(earlier, tmp_path):
 
 
 def test_export_writes_front_matter_lessons_knobs_dead_ends_and_a_yaml_part(
-        quick_matmul, tmp_path, skill_file):
+    quick_matmul, tmp_path, skill_file
+):
     text = skill_file.read_text()
     st = run_status(tmp_path / "earlier")
     front = yaml.safe_load(text.split("---\n")[1])
@@ -86,7 +98,7 @@ def test_export_writes_front_matter_lessons_knobs_dead_ends_and_a_yaml_part(
     lesson = next(line for line in text.splitlines() if " over c0" in line and "->" in line)
     assert "x ->" in lesson and "x (c0" in lesson
     assert f"{st['best_candidate']} (team" in text and "Key ideas" in text
-    assert "- MR=" in text and "Rows of the C block" in text   # a knob the best set, and why
+    assert "- MR=" in text and "Rows of the C block" in text  # a knob the best set, and why
     skill = parse(text)
     data = skill.data
     assert data.target == "cpu_matmul"
@@ -94,8 +106,7 @@ def test_export_writes_front_matter_lessons_knobs_dead_ends_and_a_yaml_part(
     assert data.best.candidate == st["best_candidate"] == data.top[0].candidate
     assert data.best.speedup == pytest.approx(st["best_speedup"], rel=1e-3)
     assert [c.speedup for c in data.top] == sorted((c.speedup for c in data.top), reverse=True)
-    assert 1 < len(data.top) <= 8 and len({json.dumps(c.knobs) for c in data.top}) == \
-        len(data.top)
+    assert 1 < len(data.top) <= 8 and len({json.dumps(c.knobs) for c in data.top}) == len(data.top)
     # The yaml part round-trips: written again, it reads back the same.
     again = yaml.safe_dump(data.model_dump(), sort_keys=False)
     assert parse(text.replace(text.split("```yaml\n")[1].split("```")[0], again)).data == data
@@ -105,9 +116,13 @@ def test_export_writes_front_matter_lessons_knobs_dead_ends_and_a_yaml_part(
 def test_cli_export_writes_skill_md_here_and_never_over_a_persons_file(tmp_path, skill_file):
     here = tmp_path / "here"
     here.mkdir()
-    done = subprocess.run([sys.executable, "-m", "eat", "skill", "export",
-                           str(tmp_path / "earlier")], cwd=here,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "eat", "skill", "export", str(tmp_path / "earlier")],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     written = here / "SKILL.md"
     assert parse(written.read_text()).data == parse(skill_file.read_text()).data
@@ -116,23 +131,37 @@ def test_cli_export_writes_skill_md_here_and_never_over_a_persons_file(tmp_path,
 
     mine = "# My own notes on this kernel\n"
     written.write_text(mine)
-    done = subprocess.run([sys.executable, "-m", "eat", "skill", "export",
-                           str(tmp_path / "earlier")], cwd=here,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "eat", "skill", "export", str(tmp_path / "earlier")],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "not a skill eat exported" in done.stderr
     assert written.read_text() == mine
 
 
-def test_a_run_given_the_skill_reaches_the_earlier_best_sooner(quick_matmul, tmp_path,
-                                                               skill_file):
+def test_a_run_given_the_skill_reaches_the_earlier_best_sooner(quick_matmul, tmp_path, skill_file):
     best = run_status(tmp_path / "earlier")["best_speedup"]
     # Seeds other than the earlier run's: the skill must help, not the same random choices.
     for seed in (1, 2):
-        start_run(quick_matmul, tmp_path / f"with{seed}", runner=FakeRunner(
-            landscape(quick_matmul)), max_evals=12, seed=seed, skill=skill_file)
-        start_run(quick_matmul, tmp_path / f"without{seed}", runner=FakeRunner(
-            landscape(quick_matmul)), max_evals=12, seed=seed)
+        start_run(
+            quick_matmul,
+            tmp_path / f"with{seed}",
+            runner=FakeRunner(landscape(quick_matmul)),
+            max_evals=12,
+            seed=seed,
+            skill=skill_file,
+        )
+        start_run(
+            quick_matmul,
+            tmp_path / f"without{seed}",
+            runner=FakeRunner(landscape(quick_matmul)),
+            max_evals=12,
+            seed=seed,
+        )
         with_skill = evals_to_reach(tmp_path / f"with{seed}", best)
         without = evals_to_reach(tmp_path / f"without{seed}", best)
         assert with_skill is not None and (without is None or with_skill < without)
@@ -140,8 +169,10 @@ def test_a_run_given_the_skill_reaches_the_earlier_best_sooner(quick_matmul, tmp
     started = first[0]
     assert started.skill["name"] == "eat-cpu-matmul" and started.skill["file"] == str(skill_file)
     assert (tmp_path / "with1" / "SKILL.md").read_text() == skill_file.read_text()
-    assert run_status(tmp_path / "with1")["skill"]["best"] == parse(
-        skill_file.read_text()).data.best.candidate
+    assert (
+        run_status(tmp_path / "with1")["skill"]["best"]
+        == parse(skill_file.read_text()).data.best.candidate
+    )
     ideas = [e.idea for e in first if e.type == "candidate_evaluated"]
     assert any(i.startswith("the skill's c0") for i in ideas)
 
@@ -150,69 +181,109 @@ def test_resume_uses_the_workspace_copy_of_the_skill(quick_matmul, tmp_path, ski
     ws = tmp_path / "ws"
     runner = FakeRunner(landscape(quick_matmul))
     # The explorer plays first and goes elsewhere; the refiner's first turn comes after resume.
-    start_run(quick_matmul, ws, runner=runner, max_evals=1, teams=["explorer", "refiner"],
-              skill=skill_file)
-    skill_file.unlink()              # the run keeps its own copy
+    start_run(
+        quick_matmul,
+        ws,
+        runner=runner,
+        max_evals=1,
+        teams=["explorer", "refiner"],
+        skill=skill_file,
+    )
+    skill_file.unlink()  # the run keeps its own copy
     resume_run(ws, runner=runner, max_evals=2)
-    first, second = [e for e in Workspace.open(ws).read_events()[0]
-                     if e.type == "candidate_evaluated"]
+    first, second = [
+        e for e in Workspace.open(ws).read_events()[0] if e.type == "candidate_evaluated"
+    ]
     best = parse((ws / "SKILL.md").read_text()).data.best
     assert first.team == "explorer-1" and not first.idea.startswith("the skill's")
     assert second.team == "refiner-2" and second.knobs == best.knobs
     assert second.idea.startswith(f"the skill's {best.candidate}")
 
 
-def test_bad_and_mismatched_skills_exit_2_and_create_nothing(quick_matmul, tmp_path,
-                                                             skill_file):
+def test_bad_and_mismatched_skills_exit_2_and_create_nothing(quick_matmul, tmp_path, skill_file):
     other = tmp_path / "other"
     other.mkdir()
     toml = (quick_matmul / "target.toml").read_text()
-    (other / "target.toml").write_text(toml.replace('values = [0, 2, 4, 6, 8]',
-                                                    'values = [0, 2, 4]'))
+    (other / "target.toml").write_text(
+        toml.replace("values = [0, 2, 4, 6, 8]", "values = [0, 2, 4]")
+    )
     for name in ("reference.py", "baseline.c"):
         (other / name).write_text((quick_matmul / name).read_text())
     no_yaml = tmp_path / "plain.md"
     no_yaml.write_text("---\nname: x\ndescription: y\n---\n# nothing for eat\n")
-    for i, (target, skill, words) in enumerate([
+    for i, (target, skill, words) in enumerate(
+        [
             (quick_matmul, tmp_path / "missing.md", "file not found"),
             (quick_matmul, quick_matmul / "baseline.c", "not a skill"),
-            (quick_matmul, no_yaml, "no eat block")]):
+            (quick_matmul, no_yaml, "no eat block"),
+        ]
+    ):
         with pytest.raises(BadInput, match=words):
             start_run(target, tmp_path / f"w{i}", skill=skill, max_evals=1)
         assert not (tmp_path / f"w{i}").exists()
-    done = subprocess.run([sys.executable, "-m", "eat", "start", str(other), "-w",
-                           str(tmp_path / "w"), "--skill", str(skill_file), "--max-evals", "1"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(other),
+            "-w",
+            str(tmp_path / "w"),
+            "--skill",
+            str(skill_file),
+            "--max-evals",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "MR has other values" in done.stderr, done.stderr
     assert not (tmp_path / "w").exists()
     with pytest.raises(BadInput, match="nothing to export"):
-        start_run(quick_matmul, tmp_path / "failing", runner=FakeRunner(lambda k: None),
-                  max_evals=2)
+        start_run(
+            quick_matmul, tmp_path / "failing", runner=FakeRunner(lambda k: None), max_evals=2
+        )
         export(tmp_path / "failing", tmp_path / "none.md")
     assert not (tmp_path / "none.md").exists()
 
 
 @pytest.mark.slow
-def test_llm_coder_and_supervisor_prompts_carry_the_skill(quick_matmul, tmp_path, skill_file,
-                                                         llm_server):
+def test_llm_coder_and_supervisor_prompts_carry_the_skill(
+    quick_matmul, tmp_path, skill_file, llm_server
+):
     base = (quick_matmul / "baseline.c").read_text()
     variants = itertools.count()
 
     def answer(req):
         text = json.dumps(req["messages"])
         if "# Supervisor's decision" in text:
-            return Reply(json.dumps({"diagnosis": "stalled after c0001", "operations": [],
-                                     "lessons": []}))
+            return Reply(
+                json.dumps({"diagnosis": "stalled after c0001", "operations": [], "lessons": []})
+            )
         if "# Plan the next ideas" in text:
             return Reply(json.dumps({"ideas": [{"idea": "unroll", "expected_gain": 1.2}]}))
         return Reply(f"Try variant.\n\n```c\n// variant {next(variants)}\n{base}```\n")
+
     llm_server.default = answer
-    start_run(quick_matmul, tmp_path / "ws", runner=FakeRunner(lambda k: 1.0), model=MODEL,
-              supervisor_model=MODEL, api_base=llm_server.base_url, teams=["coordinate"],
-              max_evals=5, repairs=0, llm_backoff_s=0, llm_timeout_s=10, skill=skill_file,
-              plateau=PlateauConfig(team_window=2, run_window=2, min_gain=5.0, score_after=2),
-              sleep=lambda s: None)
+    start_run(
+        quick_matmul,
+        tmp_path / "ws",
+        runner=FakeRunner(lambda k: 1.0),
+        model=MODEL,
+        supervisor_model=MODEL,
+        api_base=llm_server.base_url,
+        teams=["coordinate"],
+        max_evals=5,
+        repairs=0,
+        llm_backoff_s=0,
+        llm_timeout_s=10,
+        skill=skill_file,
+        plateau=PlateauConfig(team_window=2, run_window=2, min_gain=5.0, score_after=2),
+        sleep=lambda s: None,
+    )
     prompts = [json.dumps(r.messages) for r in llm_server.requests]
     coder = [p for p in prompts if "# Your turn" in p]
     supervisor = [p for p in prompts if "# Supervisor's decision" in p]
@@ -221,5 +292,4 @@ def test_llm_coder_and_supervisor_prompts_carry_the_skill(quick_matmul, tmp_path
     for prompt in coder[:1] + supervisor[:1]:
         assert "A skill learned by an earlier run on this target (SKILL.md)" in prompt
         assert "# Making cpu_matmul faster" in prompt and f"{best.candidate} (team" in prompt
-        assert "name: eat-cpu-matmul" not in prompt     # the front matter stays out
-
+        assert "name: eat-cpu-matmul" not in prompt  # the front matter stays out

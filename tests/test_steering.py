@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eat.learning import BEGIN, END, outside, render, splice, update
-from eat.merge import merge_write
 from test_learning import TARGET, grown_history
 
+from eat.learning import BEGIN, END, outside, render, splice, update
+from eat.merge import merge_write
 
 PERSON = """
 import os, random, sys, time
@@ -41,8 +41,8 @@ def test_fifty_saves_racing_eats_rewrites_lose_nothing(tmp_path):
     person = subprocess.Popen([sys.executable, "-c", PERSON, str(doc), END])
     rewrites = 0
     while person.poll() is None:
-        merge_write(doc, lambda text: splice(text, blocks[rewrites % len(blocks)]),
-                    people=outside)
+        block = blocks[rewrites % len(blocks)]
+        merge_write(doc, lambda text, block=block: splice(text, block), people=outside)
         rewrites += 1
     assert person.returncode == 0
     update(doc, states[-1], TARGET)
@@ -58,16 +58,16 @@ def test_fifty_saves_racing_eats_rewrites_lose_nothing(tmp_path):
 import threading  # noqa: E402
 import time  # noqa: E402
 
+from fake_runner import FakeRunner  # noqa: E402
 from llm_server import Reply  # noqa: E402
+from test_llm_loop import MODEL, Script, fenced, kernels  # noqa: E402
+from test_rules import History  # noqa: E402
 
 from eat.advisor import LLMAdvisor  # noqa: E402
 from eat.events import HumanSteered  # noqa: E402
 from eat.run import start_run  # noqa: E402
 from eat.steer import send  # noqa: E402
 from eat.workspace import Workspace  # noqa: E402
-from fake_runner import FakeRunner  # noqa: E402
-from test_llm_loop import MODEL, Script, fenced, kernels  # noqa: E402
-from test_rules import History  # noqa: E402
 
 
 def _events(ws, kind):
@@ -95,7 +95,7 @@ def test_swapped_out_files_kept_for_late_saves_are_bounded(tmp_path):
     for i in range(3 * KEEP_FILES):
         doc = tmp_path / f"NOTES{i}.md"
         doc.write_text(f"# Notes\n\n{BEGIN}\n{END}\nmine {i}\n")
-        assert merge_write(doc, lambda text: splice(text, f"block {i}"), people=outside)
+        assert merge_write(doc, lambda text, i=i: splice(text, f"block {i}"), people=outside)
         assert f"mine {i}" in doc.read_text() and f"block {i}" in doc.read_text()
     assert len(os.listdir("/proc/self/fd")) - before <= KEEP_FILES + 1
 
@@ -124,7 +124,8 @@ def test_eats_own_rewrites_do_not_wake_the_loop_but_a_persons_save_does(tmp_path
 
 
 def test_an_edit_to_learning_md_mid_run_is_recorded_within_2s_and_reaches_the_next_prompt(
-        quick_matmul, tmp_path, llm_server):
+    quick_matmul, tmp_path, llm_server
+):
     ws = tmp_path / "ws"
     _, fast, faster = kernels(quick_matmul)
     saved = {}
@@ -137,15 +138,28 @@ def test_an_edit_to_learning_md_mid_run_is_recorded_within_2s_and_reaches_the_ne
         return Reply(fenced(fast))
 
     Script(llm_server).push(first).reply(fenced(faster, "Add -ffast-math."))
-    start_run(quick_matmul, ws, model=MODEL, api_base=llm_server.base_url, teams=["coordinate"],
-              max_evals=2, repairs=0, llm_backoff_s=0, llm_timeout_s=10, sleep=lambda s: None,
-              runner=FakeRunner(lambda k: 2.0))
+    start_run(
+        quick_matmul,
+        ws,
+        model=MODEL,
+        api_base=llm_server.base_url,
+        teams=["coordinate"],
+        max_evals=2,
+        repairs=0,
+        llm_backoff_s=0,
+        llm_timeout_s=10,
+        sleep=lambda s: None,
+        runner=FakeRunner(lambda k: 2.0),
+    )
     (steered,) = saved["steered"]
     assert steered.source == "learning" and steered.team is None
     assert steered.text.strip() == "From Ana: try -funroll-loops next."
     assert steered.time - saved["at"] < 2.0
-    coder = [r.messages[-1]["content"] for r in llm_server.requests
-             if "# Your turn" in r.messages[-1]["content"]]
+    coder = [
+        r.messages[-1]["content"]
+        for r in llm_server.requests
+        if "# Your turn" in r.messages[-1]["content"]
+    ]
     assert len(coder) == 2
     assert "What the people running this said" not in coder[0]
     said = coder[1].split("What the people running this said")[1].split("\n## ")[0]
@@ -164,17 +178,21 @@ class _SlowRunner(FakeRunner):
 def test_notes_directive_and_eat_steer_are_recorded_mid_run_and_kept(quick_matmul, tmp_path):
     ws = tmp_path / "ws"
     runner = _SlowRunner(lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0)
-    t = threading.Thread(target=start_run, args=(quick_matmul, ws),
-                         kwargs=dict(runner=runner, max_evals=60, seed=1))
+    t = threading.Thread(
+        target=start_run, args=(quick_matmul, ws), kwargs=dict(runner=runner, max_evals=60, seed=1)
+    )
     t.start()
     try:
         assert _wait_for(ws, "candidate_evaluated", 3, timeout=20)
         notes = ws / "teams" / "coordinate-1" / "NOTES.md"
         notes.write_text(notes.read_text() + "\nPerson: keep TILE at 64 or above.\n")
         spec = ws / "teams" / "explorer-2" / "team.yaml"
-        spec.write_text(spec.read_text().replace(
-            spec.read_text().split("directive: ")[1].split("\n")[0],
-            '"Explore the MR/NR micro-kernel region only."'))
+        spec.write_text(
+            spec.read_text().replace(
+                spec.read_text().split("directive: ")[1].split("\n")[0],
+                '"Explore the MR/NR micro-kernel region only."',
+            )
+        )
         send(ws, "Stop trying -O2.", team="coordinate-1")
         steered = _wait_for(ws, "human_steered", 3, timeout=10)
     finally:
@@ -184,12 +202,15 @@ def test_notes_directive_and_eat_steer_are_recorded_mid_run_and_kept(quick_matmu
     assert by["notes"].team == "coordinate-1" and "TILE at 64" in by["notes"].text
     assert by["directive"].team == "explorer-2" and "micro-kernel" in by["directive"].text
     assert by["steer"].team == "coordinate-1" and by["steer"].text == "Stop trying -O2."
-    assert not list((ws / ".eat" / "steer").glob("*"))   # the message was taken once
+    assert not list((ws / ".eat" / "steer").glob("*"))  # the message was taken once
     # eat rewrote both files many times after; what the person saved is still there
     assert "Person: keep TILE at 64 or above." in notes.read_text()
     # the person's directive stands until the supervisor itself redirects the team
-    redirects = [e for e in _events(ws, "restructured") if e.team == "explorer-2" and
-                 e.op == "redirect" and e.seq > by["directive"].seq]
+    redirects = [
+        e
+        for e in _events(ws, "restructured")
+        if e.team == "explorer-2" and e.op == "redirect" and e.seq > by["directive"].seq
+    ]
     assert redirects or "micro-kernel region only" in spec.read_text()
     st = __import__("eat.run", fromlist=["run_status"]).run_status(ws)
     assert st["evaluations"] == 60
@@ -200,8 +221,9 @@ def test_the_supervisors_prompt_carries_every_teams_steering():
     h.eval("coordinate-1", 2.0, TILE=16)
     h.add(HumanSteered(source="steer", team="explorer-1", text="look at PACK=1"))
     h.add(HumanSteered(source="learning", text="the vendor is the goal"))
-    advisor = LLMAdvisor(client=None, target=TARGET, presets={}, learning_path=Path("/none"),
-                         max_teams=4)
+    advisor = LLMAdvisor(
+        client=None, target=TARGET, presets={}, learning_path=Path("/none"), max_teams=4
+    )
     prompt = advisor._prompt([], h.state)
     assert "to team explorer-1, with `eat steer`: look at PACK=1" in prompt
     assert "to every team, in LEARNING.md: the vendor is the goal" in prompt

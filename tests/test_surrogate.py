@@ -3,12 +3,13 @@
 import random
 from pathlib import Path
 
+from history import History
+
 from eat.agents import surrogate
 from eat.agents.offline import OfflineAgent
 from eat.events import TeamSpawned
 from eat.knobspace import differs
 from eat.target import load_target
-from history import History
 
 SPACE = {"A": list(range(9)), "B": list(range(9))}
 TARGET = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
@@ -23,25 +24,27 @@ def test_coverage_picks_the_untried_point_farthest_from_everything_measured():
     measured = [{"A": 0, "B": 0}, {"A": 8, "B": 8}]
     (first,) = surrogate.spread(SPACE, measured, random.Random(0), count=1)
     assert first in ({"A": 8, "B": 0}, {"A": 0, "B": 8})
-    kept = surrogate.spread(SPACE, measured, random.Random(0), count=5,
-                            allowed=lambda k: k["A"] < 4)
+    kept = surrogate.spread(
+        SPACE, measured, random.Random(0), count=5, allowed=lambda k: k["A"] < 4
+    )
     assert kept and all(k["A"] < 4 for k in kept) and all(k not in measured for k in kept)
 
 
 def test_the_model_climbs_to_a_bump_from_a_few_measurements():
     rng = random.Random(1)
-    observed = [({"A": a, "B": b}, bump({"A": a, "B": b})) for a, b in
-                [(0, 0), (8, 8), (0, 8), (8, 0), (4, 4), (5, 3)]]
+    observed = [
+        ({"A": a, "B": b}, bump({"A": a, "B": b}))
+        for a, b in [(0, 0), (8, 8), (0, 8), (8, 0), (4, 4), (5, 3)]
+    ]
     for _ in range(12):
         pick = surrogate.suggest(SPACE, observed, rng, count=1)[0]
-        assert all(pick != k for k, _ in observed)          # never a repeat
+        assert all(pick != k for k, _ in observed)  # never a repeat
         observed.append((pick, bump(pick)))
     best = max(observed, key=lambda o: o[1])[0]
     assert best == {"A": 6, "B": 2}
 
 
-def test_a_long_runs_model_fits_on_its_best_and_a_sample_and_still_finds_the_bump(
-        monkeypatch):
+def test_a_long_runs_model_fits_on_its_best_and_a_sample_and_still_finds_the_bump(monkeypatch):
     """Past FIT_POINTS measurements the fit uses the best FIT_BEST and a sample of the rest (a
     fit on all of them costs their cube: 13 s and 885 MiB at 3,000), and still climbs."""
     space = {k: list(range(8)) for k in "ABCDE"}
@@ -60,8 +63,9 @@ def test_a_long_runs_model_fits_on_its_best_and_a_sample_and_still_finds_the_bum
     monkeypatch.setattr(surrogate, "GP", Recorded)
     rng = random.Random(2)
     points = {tuple(rng.randrange(8) for _ in peak) for _ in range(1500)}
-    observed = [(k, speed(k)) for k in (dict(zip(peak, p)) for p in sorted(points))
-                if differs(k, peak) > 1]  # the peak's region itself is left unmeasured
+    observed = [
+        (k, speed(k)) for k in (dict(zip(peak, p)) for p in sorted(points)) if differs(k, peak) > 1
+    ]  # the peak's region itself is left unmeasured
     for _ in range(3):
         pick = surrogate.suggest(space, observed, rng, count=1)[0]
         assert all(pick != k for k, _ in observed)
@@ -77,21 +81,36 @@ def test_failed_configurations_count_as_poor_and_unseen_spaces_start_at_random()
 
 
 def knobs(loop="IJK", tile=0, unroll=1, cflags="-O2", mr=0, nr=8, pack=0):
-    return {"LOOP_ORDER": loop, "TILE": tile, "UNROLL": unroll, "CFLAGS": cflags, "MR": mr,
-            "NR": nr, "PACK": pack}
+    return {
+        "LOOP_ORDER": loop,
+        "TILE": tile,
+        "UNROLL": unroll,
+        "CFLAGS": cflags,
+        "MR": mr,
+        "NR": nr,
+        "PACK": pack,
+    }
 
 
 def test_a_model_forked_from_a_point_searches_its_region_outside_the_avoided_ones():
     h = History("coordinate-1")
     h.eval("coordinate-1", 9.0, **knobs("IKJ", cflags="-O3 -march=native"))
     h.eval("coordinate-1", 20.0, **knobs("IKJ", 64, 4, "-O3 -march=native", 6, 16, 2))
-    h.add(TeamSpawned(team="model-2", preset="model", strategy="model", directive="d",
-                      start_from="c0002", avoid=["c0001"]))
+    h.add(
+        TeamSpawned(
+            team="model-2",
+            preset="model",
+            strategy="model",
+            directive="d",
+            start_from="c0002",
+            avoid=["c0001"],
+        )
+    )
     team = h.state.teams["model-2"]
     agent = OfflineAgent(TARGET, seed=0)
     for _ in range(6):
         p = agent.propose(team, h.state)
-        assert differs(p.knobs, h.state.candidates["c0002"].knobs) < 4   # its region
+        assert differs(p.knobs, h.state.candidates["c0002"].knobs) < 4  # its region
         assert differs(p.knobs, h.state.candidates["c0001"].knobs) >= 4  # not the avoided one
         h.eval("model-2", 5.0, **p.knobs)
 
@@ -99,8 +118,15 @@ def test_a_model_forked_from_a_point_searches_its_region_outside_the_avoided_one
 def test_an_explorer_keeps_out_of_the_regions_it_was_told_to_avoid():
     h = History("coordinate-1")
     h.eval("coordinate-1", 9.0, **knobs("IKJ", cflags="-O3 -march=native"))
-    h.add(TeamSpawned(team="explorer-2", preset="explorer", strategy="explorer",
-                      directive="d", avoid=["c0001"]))
+    h.add(
+        TeamSpawned(
+            team="explorer-2",
+            preset="explorer",
+            strategy="explorer",
+            directive="d",
+            avoid=["c0001"],
+        )
+    )
     agent = OfflineAgent(TARGET, seed=0)
     for _ in range(6):
         p = agent.propose(h.state.teams["explorer-2"], h.state)
@@ -112,6 +138,6 @@ def test_a_climb_tries_the_nearest_values_of_a_knob_first():
     h = History("coordinate-1")
     h.eval("coordinate-1", 2.0, **knobs(tile=64))
     team = h.state.teams["coordinate-1"]
-    team.evals = 1                              # TILE is the second knob: its turn
+    team.evals = 1  # TILE is the second knob: its turn
     p = OfflineAgent(TARGET, seed=0).propose(team, h.state)
     assert p.knobs["TILE"] in (32, 128) and differs(p.knobs, knobs(tile=64)) == 1

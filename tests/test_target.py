@@ -14,8 +14,13 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu_matmul"
 def test_example_loads_with_args_roles_and_metrics():
     t = load_target(EXAMPLE)
     assert [(a.name, a.role) for a in t.args] == [
-        ("A", "input"), ("B", "input"), ("C", "output"),
-        ("M", "scalar"), ("N", "scalar"), ("K", "scalar")]
+        ("A", "input"),
+        ("B", "input"),
+        ("C", "output"),
+        ("M", "scalar"),
+        ("N", "scalar"),
+        ("K", "scalar"),
+    ]
     assert t.metric("flops", {"M": 2, "N": 3, "K": 4}) == 48
     assert len(t.workloads) >= 3
     assert t.vendor is not None and "numpy" in t.vendor.name
@@ -35,19 +40,22 @@ def _edit(folder: Path, old: str, new: str) -> None:
     f.write_text(text.replace(old, new, 1))
 
 
-@pytest.mark.parametrize("old,new,field,words", [
-    ('runner = "cpu"', 'runner = "tpu"', "runner", "cpu"),
-    ('rtol = 1e-4', 'rtol = -1', "tolerance.rtol", "greater than 0"),
-    ('[entry]\nname = "matmul"', '[entry]\nname = "mm"', "entry.signature", "matmul"),
-    ('int M, int N, int K)', 'int M, int N, int K, quux Q)', "entry.signature", "quux"),
-    ('C = ["M", "N"]', '', "shapes", "'C'"),
-    ('M = 511', 'Q = 511', "workloads.2", "missing M"),
-    ('flops = "2*M*N*K"', 'flops = "2*M*N*Z"', "flops", "'Z'"),
-    ('flops = "2*M*N*K"', 'flops = "__import__(1)"', "flops", "unsupported"),
-    ('file = "baseline.c"', 'file = "gone.c"', "baseline.file", "gone.c"),
-    ('language = "c"\n', '', "language", "Field required"),
-    ('[tolerance]', '[tolerance]\nbogus = 1', "tolerance.bogus", "Extra"),
-])
+@pytest.mark.parametrize(
+    "old,new,field,words",
+    [
+        ('runner = "cpu"', 'runner = "tpu"', "runner", "cpu"),
+        ("rtol = 1e-4", "rtol = -1", "tolerance.rtol", "greater than 0"),
+        ('[entry]\nname = "matmul"', '[entry]\nname = "mm"', "entry.signature", "matmul"),
+        ("int M, int N, int K)", "int M, int N, int K, quux Q)", "entry.signature", "quux"),
+        ('C = ["M", "N"]', "", "shapes", "'C'"),
+        ("M = 511", "Q = 511", "workloads.2", "missing M"),
+        ('flops = "2*M*N*K"', 'flops = "2*M*N*Z"', "flops", "'Z'"),
+        ('flops = "2*M*N*K"', 'flops = "__import__(1)"', "flops", "unsupported"),
+        ('file = "baseline.c"', 'file = "gone.c"', "baseline.file", "gone.c"),
+        ('language = "c"\n', "", "language", "Field required"),
+        ("[tolerance]", "[tolerance]\nbogus = 1", "tolerance.bogus", "Extra"),
+    ],
+)
 def test_malformed_field_is_named(target_copy, old, new, field, words):
     _edit(target_copy, old, new)
     with pytest.raises(TargetError) as e:
@@ -67,12 +75,17 @@ def test_missing_folder_file_and_bad_toml(tmp_path):
         load_target(tmp_path)
 
 
-@pytest.mark.parametrize("sig,expect", [
-    ("void f(const float *x, float *y, int n)",
-     [("x", "input"), ("y", "output"), ("n", "scalar")]),
-    ("void f(const double * __restrict__ a, int64_t *b)", [("a", "input"), ("b", "output")]),
-    ("void f(float* restrict out, size_t n);", [("out", "output"), ("n", "scalar")]),
-])
+@pytest.mark.parametrize(
+    "sig,expect",
+    [
+        (
+            "void f(const float *x, float *y, int n)",
+            [("x", "input"), ("y", "output"), ("n", "scalar")],
+        ),
+        ("void f(const double * __restrict__ a, int64_t *b)", [("a", "input"), ("b", "output")]),
+        ("void f(float* restrict out, size_t n);", [("out", "output"), ("n", "scalar")]),
+    ],
+)
 def test_parse_signature(sig, expect):
     assert [(a.name, a.role) for a in parse_signature(sig, "f")] == expect
 
@@ -83,7 +96,8 @@ def test_parse_signature_refuses(sig):
         parse_signature(sig, "f")
 
 
-@pytest.mark.parametrize("expr,value", [("2*M*N*K", 2 * 3 * 4 * 5), ("(M+1)//2", 2),
-                                        ("M**2 - N", 5), (7, 7), ("-M", -3)])
+@pytest.mark.parametrize(
+    "expr,value", [("2*M*N*K", 2 * 3 * 4 * 5), ("(M+1)//2", 2), ("M**2 - N", 5), (7, 7), ("-M", -3)]
+)
 def test_eval_expr(expr, value):
     assert eval_expr(expr, {"M": 3, "N": 4, "K": 5}) == value

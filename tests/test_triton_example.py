@@ -60,14 +60,20 @@ def _configurations(target) -> list[dict]:
 
 @pytest.mark.slow
 def test_every_knob_value_is_correct_in_the_triton_interpreter(tmp_path):
-    pytest.importorskip("triton", reason="triton is not installed (the test extra has it on "
-                        "Linux x86_64)")
+    pytest.importorskip(
+        "triton", reason="triton is not installed (the test extra has it on Linux x86_64)"
+    )
     target = load_target(EXAMPLE)
     configs = _configurations(target)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(target.path(target.reference.file))],
-                          input=json.dumps([render(target, c) for c in configs]),
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env=os.environ | {"TRITON_INTERPRET": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(target.path(target.reference.file))],
+        input=json.dumps([render(target, c) for c in configs]),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=os.environ | {"TRITON_INTERPRET": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     errors = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(errors) == len(configs)

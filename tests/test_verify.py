@@ -8,15 +8,18 @@ from eat.runners.verify import compare, poison
 REF = np.array([[1.0, -2.0, 0.0], [3.0, 1e-7, -4.0]], dtype=np.float32)
 
 
-@pytest.mark.parametrize("name,out,ok", [
-    ("exact", REF.copy(), True),
-    ("reordered sums", REF * (1 + 3e-6), True),
-    ("near-zero entry off by accumulation noise", REF + np.float32(2e-5) * (REF == 1e-7), True),
-    ("all zeros", np.zeros_like(REF), False),
-    ("one element wrong", np.where(REF == 3.0, 3.1, REF), False),
-    ("unwritten element", np.where(REF == -4.0, np.nan, REF), False),
-    ("inf instead of value", np.where(REF == 1.0, np.inf, REF), False),
-])
+@pytest.mark.parametrize(
+    "name,out,ok",
+    [
+        ("exact", REF.copy(), True),
+        ("reordered sums", REF * (1 + 3e-6), True),
+        ("near-zero entry off by accumulation noise", REF + np.float32(2e-5) * (REF == 1e-7), True),
+        ("all zeros", np.zeros_like(REF), False),
+        ("one element wrong", np.where(REF == 3.0, 3.1, REF), False),
+        ("unwritten element", np.where(REF == -4.0, np.nan, REF), False),
+        ("inf instead of value", np.where(REF == 1.0, np.inf, REF), False),
+    ],
+)
 def test_compare_float(name, out, ok):
     result = compare(out.astype(np.float32), REF, rtol=1e-4, atol=0.0)
     assert (result is None) == ok, (name, result)

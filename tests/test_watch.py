@@ -5,7 +5,7 @@ import re
 import threading
 import time
 
-import pytest
+from fake_runner import FakeRunner
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -14,7 +14,6 @@ from eat.events import describe
 from eat.run import run_status, start_run
 from eat.watch import BLOCKS, RunView, sparkline, watch
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
 
 SPACING_S = 0.1  # between evaluations: each lands in a frame of its own on a loaded machine
 
@@ -53,16 +52,15 @@ def test_sparkline_scales_blanks_and_buckets():
 
 
 def test_a_torn_tail_waits_for_its_newline(quick_matmul, tmp_path):
-    ws_path, _ = start_run(quick_matmul, tmp_path / "ws", runner=FakeRunner(landscape),
-                           max_evals=3)
+    ws_path, _ = start_run(quick_matmul, tmp_path / "ws", runner=FakeRunner(landscape), max_evals=3)
     log = ws_path / "history.jsonl"
     whole = log.read_bytes()
-    cut = whole.rstrip(b"\n").rfind(b"\n") + 1 + 10   # ten bytes into the last line
+    cut = whole.rstrip(b"\n").rfind(b"\n") + 1 + 10  # ten bytes into the last line
     log.write_bytes(whole[:cut])
     view = RunView(Workspace.open(ws_path))
     first = view.read()
     assert view.offset == cut - 10 and view.session.type != "run_stopped"
-    with open(log, "ab") as f:   # the writer finishes the line
+    with open(log, "ab") as f:  # the writer finishes the line
         f.write(whole[cut:])
     (last,) = view.read()
     assert last.type == "run_stopped" and view.offset == len(whole)
@@ -73,17 +71,23 @@ def test_a_torn_tail_waits_for_its_newline(quick_matmul, tmp_path):
 def test_watch_draws_each_evaluation_within_a_second_of_its_event(quick_matmul, tmp_path):
     ws = tmp_path / "ws"
     evals = 12
-    run = threading.Thread(target=start_run, args=(quick_matmul, ws),
-                           kwargs=dict(runner=_Spaced(landscape), max_evals=evals, seed=1))
+    run = threading.Thread(
+        target=start_run,
+        args=(quick_matmul, ws),
+        kwargs=dict(runner=_Spaced(landscape), max_evals=evals, seed=1),
+    )
     run.start()
     while not (ws / "history.jsonl").exists():
         time.sleep(0.005)
-    frames: list[tuple[float, str]] = []   # when each frame was shown, and its text
+    frames: list[tuple[float, str]] = []  # when each frame was shown, and its text
     stop, returned = threading.Event(), []
     screen = Console(file=io.StringIO(), width=160)
     started = time.time()
-    watcher = threading.Thread(target=lambda: returned.append(watch(
-        ws, screen, stop, on_frame=lambda v, r: frames.append((time.time(), _text(r))))))
+    watcher = threading.Thread(
+        target=lambda: returned.append(
+            watch(ws, screen, stop, on_frame=lambda v, r: frames.append((time.time(), _text(r))))
+        )
+    )
     watcher.start()
     run.join(timeout=60)
     deadline = time.time() + 5
@@ -97,7 +101,7 @@ def test_watch_draws_each_evaluation_within_a_second_of_its_event(quick_matmul, 
     evaluated = [e for e in events if e.type == "candidate_evaluated"]
     counts = [int(re.search(r"(\d+) candidates", text).group(1)) for _, text in frames]
     assert counts == sorted(counts) and counts[-1] == len(evaluated)
-    assert len(set(counts)) > len(evaluated) // 2   # it rose frame by frame, not in one jump
+    assert len(set(counts)) > len(evaluated) // 2  # it rose frame by frame, not in one jump
     # Each evaluation is shown by a frame drawn after it was logged (how soon: bench/
     # watch_latency.py measures it; a test does not time the machine).
     for k, e in enumerate(evaluated, 1):
@@ -110,12 +114,11 @@ def test_watch_draws_each_evaluation_within_a_second_of_its_event(quick_matmul, 
     assert f"stopped: max_evals: {events[-1].reason}" in final
     spark = re.search(r"best .*\) +(\S+)\n", final).group(1)
     assert len(spark) == st["evaluations"] and set(spark) <= set(BLOCKS)
-    assert len(set(spark)) > 1    # the best rose during the run
+    assert len(set(spark)) > 1  # the best rose during the run
     for t in st["teams"]:
-        assert re.search(rf"{t['id']} +{t['strategy']} +{t['state']} +{t['evaluations']} ",
-                         final)
+        assert re.search(rf"{t['id']} +{t['strategy']} +{t['state']} +{t['evaluations']} ", final)
     decided = [e for e in events if e.type in ("plateau_detected", "restructured")]
-    assert decided   # the supervisor acted, and the frame says why
+    assert decided  # the supervisor acted, and the frame says why
     for e in decided[-3:]:
         assert _flat(describe(e)) in _flat(final)
     # Not a terminal: the frames were printed one after another, as shown.
@@ -123,8 +126,9 @@ def test_watch_draws_each_evaluation_within_a_second_of_its_event(quick_matmul, 
 
 
 def test_watch_once_prints_a_finished_run(quick_matmul, tmp_path):
-    ws, stop = start_run(quick_matmul, tmp_path / "ws", runner=FakeRunner(landscape),
-                         max_evals=6, seed=2)
+    ws, stop = start_run(
+        quick_matmul, tmp_path / "ws", runner=FakeRunner(landscape), max_evals=6, seed=2
+    )
     done = CliRunner().invoke(app, ["watch", str(ws), "--once"])
     assert done.exit_code == 0, done.output
     st = run_status(ws)
@@ -143,15 +147,14 @@ def test_watch_refuses_a_folder_that_is_not_a_workspace(tmp_path):
 
 
 def test_a_run_that_dies_without_run_stopped_is_shown_not_running(quick_matmul, tmp_path):
-    ws_path, _ = start_run(quick_matmul, tmp_path / "ws", runner=FakeRunner(landscape),
-                           max_evals=3)
+    ws_path, _ = start_run(quick_matmul, tmp_path / "ws", runner=FakeRunner(landscape), max_evals=3)
     log = ws_path / "history.jsonl"
     lines = log.read_text().splitlines(keepends=True)
-    log.write_text("".join(lines[:-1]))   # as if killed before it could say why it stopped
+    log.write_text("".join(lines[:-1]))  # as if killed before it could say why it stopped
     ws = Workspace.open(ws_path)
     held, release = threading.Event(), threading.Event()
 
-    def run():   # a process holding the lock, then dying: the kernel closes the lock file
+    def run():  # a process holding the lock, then dying: the kernel closes the lock file
         with ws.lock():
             held.set()
             release.wait(10)
@@ -160,8 +163,11 @@ def test_a_run_that_dies_without_run_stopped_is_shown_not_running(quick_matmul, 
     holder = threading.Thread(target=run)
     holder.start()
     held.wait(5)
-    watcher = threading.Thread(target=watch, args=(ws_path, Console(file=io.StringIO()), stop),
-                               kwargs=dict(on_frame=lambda v, r: frames.append(_text(r))))
+    watcher = threading.Thread(
+        target=watch,
+        args=(ws_path, Console(file=io.StringIO()), stop),
+        kwargs=dict(on_frame=lambda v, r: frames.append(_text(r))),
+    )
     watcher.start()
     deadline = time.time() + 5
     while not frames and time.time() < deadline:

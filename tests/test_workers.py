@@ -6,6 +6,8 @@ import threading
 from pathlib import Path
 
 import pytest
+import serial_run
+from fake_runner import FakeRunner
 
 from eat.agents.offline import OfflineAgent
 from eat.events import CandidateEvaluated
@@ -13,8 +15,6 @@ from eat.executors.local import Cancelled, LocalExecutor
 from eat.run import resume_run, run_status, start_run
 from eat.state import RunState
 from eat.workspace import Workspace
-from fake_runner import FakeRunner
-import serial_run
 
 SERIAL = Path(__file__).parent / "data" / "serial_history.jsonl"
 TEAMS = ["coordinate", "explorer", "refiner", "model"]
@@ -70,13 +70,13 @@ class OneTurnPerTeam:
 
 def _check_log(ws: Path, max_evals: int) -> list[CandidateEvaluated]:
     events, size = Workspace.open(ws).read_events()
-    assert size == (ws / "history.jsonl").stat().st_size             # parses to the end
+    assert size == (ws / "history.jsonl").stat().st_size  # parses to the end
     evaluated = [e for e in events if e.type == "candidate_evaluated"]
     state = RunState.from_events(events)
-    assert state.spent_evals == max_evals                              # the budget, exactly
+    assert state.spent_evals == max_evals  # the budget, exactly
     assert [e.candidate for e in evaluated] == [f"c{i:04d}" for i in range(1, len(evaluated) + 1)]
-    assert len({e.source_hash for e in evaluated}) == len(evaluated)   # nothing twice
-    for e in evaluated:                                                # each cites its view
+    assert len({e.source_hash for e in evaluated}) == len(evaluated)  # nothing twice
+    for e in evaluated:  # each cites its view
         assert e.seen_seq is not None and e.seen_seq < e.seq
         assert (ws / "teams" / e.team / "candidates" / e.candidate / "result.json").is_file()
     return evaluated
@@ -86,11 +86,18 @@ def test_turns_run_at_once_and_nothing_is_evaluated_twice(tmp_path):
     runner = MeetingRunner(meet=4)
     OneTurnPerTeam.overlaps = 0
     ws = tmp_path / "ws"
-    _, stop = start_run(serial_run.EXAMPLES / "cpu_matmul", ws, runner=runner, max_evals=30,
-                        workers=4, teams=TEAMS, make_agent=lambda t, ctx: OneTurnPerTeam(ctx))
+    _, stop = start_run(
+        serial_run.EXAMPLES / "cpu_matmul",
+        ws,
+        runner=runner,
+        max_evals=30,
+        workers=4,
+        teams=TEAMS,
+        make_agent=lambda t, ctx: OneTurnPerTeam(ctx),
+    )
     assert stop.code == "max_evals"
     evaluated = _check_log(ws, 30)
-    assert runner.calls == 30                       # candidates and re-times, nothing more
+    assert runner.calls == 30  # candidates and re-times, nothing more
     assert OneTurnPerTeam.overlaps == 0
     first = [e for e in evaluated if e.seen_seq == evaluated[0].seen_seq]
     assert len(first) == 4 and len({e.team for e in first}) == 4  # began on one state, met
@@ -100,8 +107,14 @@ def test_turns_run_at_once_and_nothing_is_evaluated_twice(tmp_path):
 
 def test_resume_with_other_workers_continues_the_same_run(tmp_path):
     ws = tmp_path / "ws"
-    start_run(serial_run.EXAMPLES / "cpu_matmul", ws, runner=FakeRunner(serial_run.landscape),
-              max_evals=10, workers=3, teams=TEAMS)
+    start_run(
+        serial_run.EXAMPLES / "cpu_matmul",
+        ws,
+        runner=FakeRunner(serial_run.landscape),
+        max_evals=10,
+        workers=3,
+        teams=TEAMS,
+    )
     _, stop = resume_run(ws, runner=FakeRunner(serial_run.landscape), max_evals=20, workers=2)
     assert stop.code == "max_evals"
     _check_log(ws, 20)
@@ -116,7 +129,7 @@ def test_the_executor_runs_writes_on_the_main_thread_and_refuses_them_once_close
     assert pool.free() == 0
     ended = dict((t, (r, type(e).__name__ if e else None)) for t, r, e in pool.drain())
     assert ended == {"a": (7, None), "b": (None, "ZeroDivisionError")} and seen == [main]
-    assert pool.on_main(lambda: "here") == "here"       # on the main thread: at once
+    assert pool.on_main(lambda: "here") == "here"  # on the main thread: at once
     gate = threading.Event()
     pool.start("c", lambda: (gate.wait(10), pool.on_main(lambda: "late"))[1])
     pool.close()
@@ -155,15 +168,25 @@ def test_llm_teams_call_the_model_at_once_and_every_call_is_logged(tmp_path, llm
 
     llm_server.default = answer
     ws = tmp_path / "ws"
-    _, stop = start_run(serial_run.EXAMPLES / "cpu_matmul", ws, runner=FakeRunner(
-        serial_run.landscape), model="openai/eat-test-model", api_base=llm_server.base_url,
-        teams=["coordinate", "explorer"], max_evals=6, workers=2, repairs=0, llm_backoff_s=0,
-        llm_timeout_s=20, sleep=lambda s: None)
+    _, stop = start_run(
+        serial_run.EXAMPLES / "cpu_matmul",
+        ws,
+        runner=FakeRunner(serial_run.landscape),
+        model="openai/eat-test-model",
+        api_base=llm_server.base_url,
+        teams=["coordinate", "explorer"],
+        max_evals=6,
+        workers=2,
+        repairs=0,
+        llm_backoff_s=0,
+        llm_timeout_s=20,
+        sleep=lambda s: None,
+    )
     assert stop.code == "max_evals"
     _check_log(ws, 6)
     events = Workspace.open(ws).read_events()[0]
     calls = [e for e in events if e.type == "llm_called"]
-    assert len(calls) == len(llm_server.requests)     # every call logged once, none lost
+    assert len(calls) == len(llm_server.requests)  # every call logged once, none lost
     assert {c.team for c in calls} == {"coordinate-1", "explorer-2"}
     assert run_status(ws)["llm_calls"] == len(calls)
 
@@ -176,13 +199,30 @@ def test_ctrl_c_with_turns_in_flight_stops_at_once_and_resume_goes_on(quick_matm
     import time
 
     ws = tmp_path / "ws"
-    proc = subprocess.Popen([sys.executable, "-m", "eat", "start", str(quick_matmul), "-w",
-                             str(ws), "--workers", "3", "--max-evals", "200"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "eat",
+            "start",
+            str(quick_matmul),
+            "-w",
+            str(ws),
+            "--workers",
+            "3",
+            "--max-evals",
+            "200",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
-        while not (ws / "history.jsonl").exists() or \
-                (ws / "history.jsonl").read_text().count('"candidate_evaluated"') < 2:
+        while (
+            not (ws / "history.jsonl").exists()
+            or (ws / "history.jsonl").read_text().count('"candidate_evaluated"') < 2
+        ):
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)

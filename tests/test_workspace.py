@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from fake_runner import FakeRunner
 from rich.console import Console
 
 from eat.config import RunConfig
@@ -19,7 +20,6 @@ from eat.run import resume_run, start_run
 from eat.status import run_status
 from eat.watch import RunView, watch
 from eat.workspace import BACKLOG, Workspace
-from fake_runner import FakeRunner
 
 
 @pytest.fixture
@@ -43,8 +43,14 @@ def test_append_assigns_seq_and_renders_evolution(ws):
     assert ws.paths.evolution.read_text().count("\n- `") == 3
 
 
-@pytest.mark.parametrize("tail", [b'{"type": "run_stopped", "seq": 4, "rea', b'{"type":',
-                                  b'{"type": "run_stopped", "seq": 4, "reason": "x"}'])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b'{"type": "run_stopped", "seq": 4, "rea',
+        b'{"type":',
+        b'{"type": "run_stopped", "seq": 4, "reason": "x"}',
+    ],
+)
 def test_torn_last_line_is_dropped_on_load(ws, tail):
     _fill(ws)
     with open(ws.paths.history, "ab") as f:
@@ -89,7 +95,7 @@ def _changed(lines):
 
 def _deleted(lines):
     del lines[2]
-    return 3, "1 missing", [1, 2, 4, 5]   # the line after the gap is named, and kept
+    return 3, "1 missing", [1, 2, 4, 5]  # the line after the gap is named, and kept
 
 
 def _replayed(lines):
@@ -113,32 +119,38 @@ def test_a_line_eat_did_not_write_is_named_and_every_other_kept(ws, damage):
     assert [n for n, _ in log.bad] == [line] and why in log.bad[0][1]
     assert log.end == ws.paths.history.stat().st_size
     assert run_status(ws.paths.root)["tampered"] == f"line {line}: {log.bad[0][1]}"
-    view = RunView(Workspace.open(ws.paths.root))   # eat watch: the same verdict, bit by bit
+    view = RunView(Workspace.open(ws.paths.root))  # eat watch: the same verdict, bit by bit
     data, read = ws.paths.history.read_bytes(), []
     ws.paths.history.write_bytes(b"")
     for cut in range(0, len(data), 97):
         with open(ws.paths.history, "ab") as f:
-            f.write(data[cut:cut + 97])
+            f.write(data[cut : cut + 97])
         read += view.read()
     assert [e.seq for e in read] == kept and view.log.bad == log.bad
 
 
 def test_load_keeps_a_forged_line_and_append_goes_on_past_it(ws):
     _fill(ws)
-    forged = {"type": "candidate_evaluated", "seq": 9999, "team": "x-0", "candidate": "c9999",
-              "status": "ok", "speedup": 99.0}   # what an agent wrote into a real run's log
+    forged = {
+        "type": "candidate_evaluated",
+        "seq": 9999,
+        "team": "x-0",
+        "candidate": "c9999",
+        "status": "ok",
+        "speedup": 99.0,
+    }  # what an agent wrote into a real run's log
     with open(ws.paths.history, "a") as f:
         f.write(json.dumps(forged) + "\n")
     before = ws.paths.history.read_bytes()
     fresh = Workspace.open(ws.paths.root)
     assert [e.seq for e in fresh.load()] == [1, 2, 3]
-    assert ws.paths.history.read_bytes() == before   # evidence: left as it is
+    assert ws.paths.history.read_bytes() == before  # evidence: left as it is
     assert [n for n, _ in fresh.bad] == [4]
     fresh.append(RunStopped(reason="next"))
     fresh.append(RunStopped(reason="after"))
     log = Workspace.open(ws.paths.root).read_log()
     assert [e.seq for e in log.events] == [1, 2, 3, 4, 5]
-    assert log.bad == fresh.bad                      # the forged line, and nothing else
+    assert log.bad == fresh.bad  # the forged line, and nothing else
 
 
 def _older(ws, n):
@@ -157,10 +169,10 @@ def test_an_older_log_without_a_key_loads_and_is_keyed_from_then_on(ws):
     old = Workspace.open(ws.paths.root)
     log = old.read_log()
     assert [e.seq for e in log.events] == [1, 2, 3, 4] and log.bad == []
-    assert [e.seq for e in old.load()] == [1, 2, 3, 4]   # a resume: the log gets its key
+    assert [e.seq for e in old.load()] == [1, 2, 3, 4]  # a resume: the log gets its key
     assert ws.paths.key.is_file()
     old.append(RunStopped(reason="resumed"))
-    with open(ws.paths.history, "a") as f:                 # no mac, after a line with one
+    with open(ws.paths.history, "a") as f:  # no mac, after a line with one
         f.write(RunStopped(seq=6, reason="forged").model_dump_json() + "\n")
     log = Workspace.open(ws.paths.root).read_log()
     assert [e.seq for e in log.events] == [1, 2, 3, 4, 5]
@@ -169,11 +181,11 @@ def test_an_older_log_without_a_key_loads_and_is_keyed_from_then_on(ws):
 
 def test_an_older_log_names_a_bad_line_instead_of_refusing(ws):
     rows = _older(ws, 5)
-    rows[2]["seq"] = 1                                     # a replayed seq
+    rows[2]["seq"] = 1  # a replayed seq
     ws.paths.history.write_text("".join(json.dumps(r) + "\n" for r in rows) + "junk\n")
     log = Workspace.open(ws.paths.root).read_log()
     assert [e.seq for e in log.events] == [1, 2, 4, 5]
-    assert [n for n, _ in log.bad] == [3, 6]               # the replay, the junk
+    assert [n for n, _ in log.bad] == [3, 6]  # the replay, the junk
 
 
 def test_a_log_whose_key_is_gone_is_read_unchecked_and_not_written(ws):
@@ -184,7 +196,7 @@ def test_a_log_whose_key_is_gone_is_read_unchecked_and_not_written(ws):
     assert [n for n, _ in log.bad] == [1] and "key is missing" in log.bad[0][1]
     with pytest.raises(BadInput, match="macs cannot be checked"):
         Workspace.open(ws.paths.root).load()
-    assert not ws.paths.key.exists()       # not replaced: the lines it keyed would all be bad
+    assert not ws.paths.key.exists()  # not replaced: the lines it keyed would all be bad
 
 
 def test_status_watch_and_report_say_a_log_was_tampered(ws):
@@ -192,8 +204,12 @@ def test_status_watch_and_report_say_a_log_was_tampered(ws):
     with open(ws.paths.history, "a") as f:
         f.write(RunStopped(seq=4, reason="forged").model_dump_json() + "\n")
     said = "tampered: line 4: no mac"
-    done = subprocess.run([sys.executable, "-m", "eat", "status", str(ws.paths.root)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "eat", "status", str(ws.paths.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert said in done.stdout
     screen = Console(file=io.StringIO(), width=160)
@@ -210,7 +226,7 @@ def test_a_resume_tells_of_tampering_once(quick_matmul, tmp_path):
         f.write(forged.model_dump_json() + "\n")
     forged_line = len(history.read_text().splitlines())
     resume_run(root, runner=runner, max_evals=3)
-    resume_run(root, runner=runner, max_evals=3)      # nothing new to tell
+    resume_run(root, runner=runner, max_evals=3)  # nothing new to tell
     log = Workspace.open(root).read_log()
     told = [e for e in log.events if e.type == "log_tampered"]
     assert [(e.lines, e.first) for e in told] == [([forged_line], "no mac: not written by eat")]
@@ -255,7 +271,9 @@ def test_best_is_replaced_whole_and_commits_read_as_history(ws):
     assert (ws.paths.best / "candidate.c").read_text() == "b"
     assert (ws.paths.best / "CANDIDATE").read_text().strip() == "t-1/c0002"
     assert [c.summary for c in ws.repo.iter_commits()][:2] == [
-        "c0002 t-1: ok 3.00x (new best)", "c0001 t-1: ok 2.00x"]
+        "c0002 t-1: ok 3.00x (new best)",
+        "c0001 t-1: ok 2.00x",
+    ]
     tracked = ws.repo.git.ls_files().split()
     assert "history.jsonl" not in tracked and "best/candidate.c" in tracked
 

@@ -34,8 +34,7 @@ class Agent(Protocol):
     def propose(self, team: Team, state: RunState) -> Proposal | None:
         """The next untried candidate for `team`, or None when it has nothing left to try."""
 
-    def repair(self, team: Team, state: RunState, failed: Candidate,
-               log: str) -> Proposal | None:
+    def repair(self, team: Team, state: RunState, failed: Candidate, log: str) -> Proposal | None:
         """A fix of `failed` (its log: compiler message or mismatch), or None when this agent
         does not repair."""
 
@@ -56,8 +55,11 @@ def start_candidate(team: Team, state: RunState) -> Candidate | None:
     """Where a team works from: its own best or the candidate it was started from (a fork's
     lineage); with neither, the run's best, except for an explorer, which starts from the
     baseline so that it goes elsewhere (None)."""
-    options = [c for c in (team.best, state.candidates.get(team.start_from or ""))
-               if c is not None and c.estimate is not None]
+    options = [
+        c
+        for c in (team.best, state.candidates.get(team.start_from or ""))
+        if c is not None and c.estimate is not None
+    ]
     if not options and team.strategy != "explorer" and state.best is not None:
         options = [state.best]
     return max(options, key=lambda c: c.estimate, default=None)

@@ -30,8 +30,12 @@ def _others() -> list[int]:
     me, group = os.getpid(), os.getpgrp()
     found = set(descendants(me))
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and (fields := stat(entry)) \
-                and int(fields[3]) == group:
+        if (
+            entry.isdigit()
+            and int(entry) != me
+            and (fields := stat(entry))
+            and int(fields[3]) == group
+        ):
             found.add(int(entry))
     return sorted(found)
 
@@ -60,12 +64,15 @@ def main(argv: list[str]) -> int:
     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if argv[:1] == ["--fence"]:
         from eat.runners.sandbox import confine
+
         fence = json.loads(argv[1])
         argv = argv[2:]
         why = confine(fence["writable"], fence["unreadable"], network=True)
         if why:
-            print(f"eat: the agent's fence did not take hold, so it is not run: {why}",
-                  file=sys.stderr)
+            print(
+                f"eat: the agent's fence did not take hold, so it is not run: {why}",
+                file=sys.stderr,
+            )
             return 126
 
     def stop(*_) -> None:

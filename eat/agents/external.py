@@ -26,9 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from pydantic import BaseModel
 
@@ -41,10 +41,12 @@ from eat.runners.base import eat_pythonpath
 from eat.state import RunState, Team
 from eat.workspace import source_name
 
-PROMPT = ("You are a coding agent on a team that makes a kernel faster. Your working folder is "
-          "a git worktree; TASK.md there says what to do, how to check (`eat check`) and how to "
-          "submit (`eat submit -m MESSAGE`). Work in steps: edit {candidate}, check it, submit "
-          "improvements, keep NOTES.md. The task:\n\n{task}")
+PROMPT = (
+    "You are a coding agent on a team that makes a kernel faster. Your working folder is "
+    "a git worktree; TASK.md there says what to do, how to check (`eat check`) and how to "
+    "submit (`eat submit -m MESSAGE`). Work in steps: edit {candidate}, check it, submit "
+    "improvements, keep NOTES.md. The task:\n\n{task}"
+)
 
 
 class Usage(BaseModel):
@@ -62,9 +64,9 @@ class Usage(BaseModel):
 class Job:
     """What a preset builds its command line from."""
 
-    prompt: str          # the instruction, with TASK.md's text
-    candidate: str       # the candidate file's name in the worktree
-    model: str | None    # the team's model as the CLI names it (provider prefix dropped)
+    prompt: str  # the instruction, with TASK.md's text
+    candidate: str  # the candidate file's name in the worktree
+    model: str | None  # the team's model as the CLI names it (provider prefix dropped)
     api_base: str | None
     steps: int
     command: str | None  # --agent-command
@@ -78,9 +80,9 @@ class Preset:
     name: str
     argv: Callable[[Job], list[str]]
     usage: Callable[[str], Usage | None]
-    needs: str                       # what to install, for people
-    program: str | None = None       # the executable that must be on PATH
-    submit_on_exit: bool = False     # submits the edited file itself when the agent cannot
+    needs: str  # what to install, for people
+    program: str | None = None  # the executable that must be on PATH
+    submit_on_exit: bool = False  # submits the edited file itself when the agent cannot
     # What its CLI writes besides the worktree (its fence lets it): `~` is the user's home, an
     # entry ending in '/' a folder made if missing; and the variables that name the CLI's own
     # folder, with their default (the user's value wins; that folder is writable either way).
@@ -129,12 +131,18 @@ def claude_usage(out: str) -> Usage | None:
         return None
     r, u = results[-1], results[-1].get("usage") or {}
     cached = u.get("cache_read_input_tokens", 0) or 0
-    prompt = (u.get("input_tokens", 0) or 0) + cached + (u.get("cache_creation_input_tokens", 0)
-                                                        or 0)
+    prompt = (
+        (u.get("input_tokens", 0) or 0) + cached + (u.get("cache_creation_input_tokens", 0) or 0)
+    )
     model = ",".join((r.get("modelUsage") or {}).keys())
-    return Usage(model=model, calls=max(1, r.get("num_turns") or 1), prompt_tokens=prompt,
-                 completion_tokens=u.get("output_tokens", 0) or 0, cached_tokens=cached,
-                 cost_usd=r.get("total_cost_usd"))
+    return Usage(
+        model=model,
+        calls=max(1, r.get("num_turns") or 1),
+        prompt_tokens=prompt,
+        completion_tokens=u.get("output_tokens", 0) or 0,
+        cached_tokens=cached,
+        cost_usd=r.get("total_cost_usd"),
+    )
 
 
 def codex_usage(out: str) -> Usage | None:
@@ -142,13 +150,18 @@ def codex_usage(out: str) -> Usage | None:
     turns = [d.get("usage") or {} for d in _json_lines(out) if d.get("type") == "turn.completed"]
     if not turns:
         return None
-    return Usage(calls=len(turns), prompt_tokens=sum(u.get("input_tokens", 0) for u in turns),
-                 cached_tokens=sum(u.get("cached_input_tokens", 0) for u in turns),
-                 completion_tokens=sum(u.get("output_tokens", 0) for u in turns))
+    return Usage(
+        calls=len(turns),
+        prompt_tokens=sum(u.get("input_tokens", 0) for u in turns),
+        cached_tokens=sum(u.get("cached_input_tokens", 0) for u in turns),
+        completion_tokens=sum(u.get("output_tokens", 0) for u in turns),
+    )
 
 
-_AIDER = re.compile(r"Tokens: ([\d.]+)(k?) sent(?:, ([\d.]+)(k?) cache \w+)*, ([\d.]+)(k?) "
-                    r"received\.(?: Cost: \$([\d.]+) message, \$([\d.]+) session\.)?")
+_AIDER = re.compile(
+    r"Tokens: ([\d.]+)(k?) sent(?:, ([\d.]+)(k?) cache \w+)*, ([\d.]+)(k?) "
+    r"received\.(?: Cost: \$([\d.]+) message, \$([\d.]+) session\.)?"
+)
 
 
 def aider_usage(out: str) -> Usage | None:
@@ -158,9 +171,12 @@ def aider_usage(out: str) -> Usage | None:
         return None
     n = lambda v, k: int(float(v) * (1000 if k else 1))  # noqa: E731
     cost = found[-1][7]
-    return Usage(calls=len(found), prompt_tokens=sum(n(f[0], f[1]) for f in found),
-                 completion_tokens=sum(n(f[4], f[5]) for f in found),
-                 cost_usd=float(cost) if cost else None)
+    return Usage(
+        calls=len(found),
+        prompt_tokens=sum(n(f[0], f[1]) for f in found),
+        completion_tokens=sum(n(f[4], f[5]) for f in found),
+        cost_usd=float(cost) if cost else None,
+    )
 
 
 def _command(job: Job) -> list[str]:
@@ -168,49 +184,112 @@ def _command(job: Job) -> list[str]:
 
 
 def _claude(job: Job) -> list[str]:
-    return ["claude", "-p", job.prompt, "--output-format", "json", "--max-turns", str(job.steps),
-            "--permission-mode", "acceptEdits",
-            "--allowedTools", "Bash,Read,Edit,Write,Glob,Grep"] + \
-        (["--model", job.model] if job.model else []) + \
-        (["--max-budget-usd", f"{job.budget_usd:.4f}"] if job.budget_usd is not None else [])
+    return (
+        [
+            "claude",
+            "-p",
+            job.prompt,
+            "--output-format",
+            "json",
+            "--max-turns",
+            str(job.steps),
+            "--permission-mode",
+            "acceptEdits",
+            "--allowedTools",
+            "Bash,Read,Edit,Write,Glob,Grep",
+        ]
+        + (["--model", job.model] if job.model else [])
+        + (["--max-budget-usd", f"{job.budget_usd:.4f}"] if job.budget_usd is not None else [])
+    )
 
 
 def _codex(job: Job) -> list[str]:
     # --full-auto: edits and commands inside the worktree (where the request folder is too)
-    return ["codex", "exec", "--json", "--full-auto", "--skip-git-repo-check"] + \
-        (["--model", job.model] if job.model else []) + [job.prompt]
+    return (
+        ["codex", "exec", "--json", "--full-auto", "--skip-git-repo-check"]
+        + (["--model", job.model] if job.model else [])
+        + [job.prompt]
+    )
 
 
 def _aider(job: Job) -> list[str]:
-    return ["aider", "--message", job.prompt, "--yes-always", "--no-auto-commits",
-            "--no-stream", "--no-pretty", "--no-check-update", "--analytics-disable",
-            "--auto-test", "--test-cmd", "eat check", job.candidate, "NOTES.md"] + \
-        (["--model", job.model] if job.model else [])
+    return [
+        "aider",
+        "--message",
+        job.prompt,
+        "--yes-always",
+        "--no-auto-commits",
+        "--no-stream",
+        "--no-pretty",
+        "--no-check-update",
+        "--analytics-disable",
+        "--auto-test",
+        "--test-cmd",
+        "eat check",
+        job.candidate,
+        "NOTES.md",
+    ] + (["--model", job.model] if job.model else [])
 
 
 def _mini(job: Job) -> list[str]:
-    return [sys.executable, "-m", "eat.agents.mini", "--model", job.model or "",
-            "--steps", str(job.steps)] + (["--api-base", job.api_base] if job.api_base else []) + \
-        (["--cost-limit", f"{job.budget_usd:.4f}"] if job.budget_usd is not None else [])
+    return (
+        [
+            sys.executable,
+            "-m",
+            "eat.agents.mini",
+            "--model",
+            job.model or "",
+            "--steps",
+            str(job.steps),
+        ]
+        + (["--api-base", job.api_base] if job.api_base else [])
+        + (["--cost-limit", f"{job.budget_usd:.4f}"] if job.budget_usd is not None else [])
+    )
 
 
-PRESETS = {p.name: p for p in [
-    Preset("command", _command, eat_usage, "nothing: any executable, given with "
-           "--agent-command"),
-    # Claude Code keeps ~/.claude.json beside ~/.claude, rewritten through temporary files in
-    # the home folder; with CLAUDE_CONFIG_DIR it keeps everything in that one folder.
-    Preset("claude-code", _claude, claude_usage, "npm install -g @anthropic-ai/claude-code, "
-           "and ANTHROPIC_API_KEY", program="claude",
-           homes=(("CLAUDE_CONFIG_DIR", "~/.claude"),)),
-    Preset("codex", _codex, codex_usage, "npm install -g @openai/codex, and OPENAI_API_KEY",
-           program="codex", homes=(("CODEX_HOME", "~/.codex"),)),
-    # aider keeps its history files in the repository (the worktree) and caches in ~/.aider.
-    Preset("aider", _aider, aider_usage, "pip install aider-chat, and the model's key",
-           program="aider", submit_on_exit=True, writes=("~/.aider/",)),
-    # Its driver keeps mini-swe-agent's config folder in the worktree (eat.agents.mini).
-    Preset("mini-swe-agent", _mini, eat_usage, "pip install 'eat[mini]' (mini-swe-agent) and "
-           "--model"),
-]}
+PRESETS = {
+    p.name: p
+    for p in [
+        Preset(
+            "command", _command, eat_usage, "nothing: any executable, given with --agent-command"
+        ),
+        # Claude Code keeps ~/.claude.json beside ~/.claude, rewritten through temporary files in
+        # the home folder; with CLAUDE_CONFIG_DIR it keeps everything in that one folder.
+        Preset(
+            "claude-code",
+            _claude,
+            claude_usage,
+            "npm install -g @anthropic-ai/claude-code, and ANTHROPIC_API_KEY",
+            program="claude",
+            homes=(("CLAUDE_CONFIG_DIR", "~/.claude"),),
+        ),
+        Preset(
+            "codex",
+            _codex,
+            codex_usage,
+            "npm install -g @openai/codex, and OPENAI_API_KEY",
+            program="codex",
+            homes=(("CODEX_HOME", "~/.codex"),),
+        ),
+        # aider keeps its history files in the repository (the worktree) and caches in ~/.aider.
+        Preset(
+            "aider",
+            _aider,
+            aider_usage,
+            "pip install aider-chat, and the model's key",
+            program="aider",
+            submit_on_exit=True,
+            writes=("~/.aider/",),
+        ),
+        # Its driver keeps mini-swe-agent's config folder in the worktree (eat.agents.mini).
+        Preset(
+            "mini-swe-agent",
+            _mini,
+            eat_usage,
+            "pip install 'eat[mini]' (mini-swe-agent) and --model",
+        ),
+    ]
+}
 
 
 def check_preset(name: str, model: str | None) -> None:
@@ -220,6 +299,7 @@ def check_preset(name: str, model: str | None) -> None:
         raise BadInput(f"the {name} runtime needs `{preset.program}` on PATH ({preset.needs})")
     if name == "mini-swe-agent":
         import importlib.util
+
         if importlib.util.find_spec("minisweagent") is None:
             raise BadInput(f"the {name} runtime needs {preset.needs}")
         if not model or model == "offline":
@@ -264,8 +344,14 @@ def _contained() -> Callable[[], None]:
 class CommandAgent:  # a base.Worker
     """A team's external agent (`runtime`: command or a preset of it)."""
 
-    def __init__(self, preset: str, ctx, command: str | None = None, model: str | None = None,
-                 poll_s: float = 0.05):
+    def __init__(
+        self,
+        preset: str,
+        ctx,
+        command: str | None = None,
+        model: str | None = None,
+        poll_s: float = 0.05,
+    ):
         self.preset, self.ctx, self.command = PRESETS[preset], ctx, command
         self.model, self.poll_s = model, poll_s
         self._proc: subprocess.Popen | None = None
@@ -286,24 +372,36 @@ class CommandAgent:  # a base.Worker
         candidate = source_name(ctx.target.language)
         task = paths.task_file(team.id)
         start_text = paths.work_source(team.id, ctx.target.language).read_text()
-        job = Job(prompt=PROMPT.format(candidate=candidate, task=task.read_text()),
-                  candidate=candidate, model=cli_model(self.model, self.preset.name),
-                  api_base=ctx.config.api_base, steps=ctx.config.agent_steps,
-                  command=self.command, budget_usd=turn_budget(ctx.config, state))
-        bindir = os.path.dirname(sys.executable)   # where this eat's `eat` is installed
+        job = Job(
+            prompt=PROMPT.format(candidate=candidate, task=task.read_text()),
+            candidate=candidate,
+            model=cli_model(self.model, self.preset.name),
+            api_base=ctx.config.api_base,
+            steps=ctx.config.agent_steps,
+            command=self.command,
+            budget_usd=turn_budget(ctx.config, state),
+        )
+        bindir = os.path.dirname(sys.executable)  # where this eat's `eat` is installed
         # The turn's own temporary folder: the one outside its worktree that it may write.
         tmp = Path(tempfile.mkdtemp(prefix=f"eat-agent-{team.id}-"))
-        env = os.environ | {"EAT_WORKSPACE": str(paths.root), "EAT_TEAM": team.id,
-                            "EAT_TASK": str(task), "PYTHONPATH": eat_pythonpath(),
-                            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-                            "EAT_AGENT_STEPS": str(ctx.config.agent_steps),
-                            "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)}
+        env = os.environ | {
+            "EAT_WORKSPACE": str(paths.root),
+            "EAT_TEAM": team.id,
+            "EAT_TASK": str(task),
+            "PYTHONPATH": eat_pythonpath(),
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+            "EAT_AGENT_STEPS": str(ctx.config.agent_steps),
+            "TMPDIR": str(tmp),
+            "TMP": str(tmp),
+            "TEMP": str(tmp),
+        }
         homes = {k: os.environ.get(k) or os.path.expanduser(v) for k, v in self.preset.homes}
         env |= homes
         if job.budget_usd is not None:  # for --agent-command scripts; presets pass it as a flag
             env["EAT_MAX_COST_USD"] = f"{job.budget_usd:.4f}"
-        fence = fence_for(ctx, team.id, tmp,
-                          self.preset.writes + tuple(f"{h}/" for h in homes.values()))
+        fence = fence_for(
+            ctx, team.id, tmp, self.preset.writes + tuple(f"{h}/" for h in homes.values())
+        )
         fenced = ["--fence", json.dumps(fence.to_json())] if fence else []
         with self._lock:
             self._stopped = None
@@ -313,22 +411,31 @@ class CommandAgent:  # a base.Worker
                     shutil.rmtree(tmp, ignore_errors=True)
                     return self._stopped
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "eat.agents.contain", *fenced,
-                     *self.preset.argv(job)],
-                    cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                    preexec_fn=_contained())
+                    [sys.executable, "-m", "eat.agents.contain", *fenced, *self.preset.argv(job)],
+                    cwd=folder,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_contained(),
+                )
             proc = self._proc
             why = None
             try:
                 while proc.poll() is None:
-                    desk.serve(paths.requests(team.id), paths.work_source(
-                        team.id, ctx.target.language))
+                    desk.serve(
+                        paths.requests(team.id), paths.work_source(team.id, ctx.target.language)
+                    )
                     why = self._stopped or desk.why_end()
                     if why:
                         if not self._stopped and not desk.hard:
-                            self._wrap_up(proc, desk, paths.requests(team.id),
-                                          paths.work_source(team.id, ctx.target.language))
+                            self._wrap_up(
+                                proc,
+                                desk,
+                                paths.requests(team.id),
+                                paths.work_source(team.id, ctx.target.language),
+                            )
                         _end(proc)
                         break
                     time.sleep(self.poll_s)
@@ -341,11 +448,16 @@ class CommandAgent:  # a base.Worker
             text = out.read().decode("utf-8", "replace")
         # A stop that ended the agent between two polls still says why it ended.
         why = why or self._stopped or f"the agent exited with code {proc.returncode}"
-        self._report(team, text, why if fence else
-                     f"{why} (not fenced: {holds(ctx.config.agents.confine)})")
+        self._report(
+            team, text, why if fence else f"{why} (not fenced: {holds(ctx.config.agents.confine)})"
+        )
         source = paths.work_source(team.id, ctx.target.language).read_text()
-        if self.preset.submit_on_exit and desk.last is None and source != start_text \
-                and not self._stopped:
+        if (
+            self.preset.submit_on_exit
+            and desk.last is None
+            and source != start_text
+            and not self._stopped
+        ):
             desk.submit(source, f"{self.preset.name}'s edit at the end of its turn")
         return why
 
@@ -362,11 +474,17 @@ class CommandAgent:  # a base.Worker
         ctx = self.ctx
         usage = self.preset.usage(output) or eat_usage(output)
         if usage is not None:
-            ctx.record(LLMCalled(agent=f"{team.id}/{self.preset.name}", team=team.id,
-                                 model=usage.model or self.model or self.preset.name,
-                                 prompt_tokens=usage.prompt_tokens,
-                                 completion_tokens=usage.completion_tokens,
-                                 cached_tokens=usage.cached_tokens, cost_usd=usage.cost_usd))
+            ctx.record(
+                LLMCalled(
+                    agent=f"{team.id}/{self.preset.name}",
+                    team=team.id,
+                    model=usage.model or self.model or self.preset.name,
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    cached_tokens=usage.cached_tokens,
+                    cost_usd=usage.cost_usd,
+                )
+            )
         log = ctx.ws.paths.agent_log(team.id)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as f:

@@ -45,8 +45,10 @@ def fence_for(ctx, team: str, tmp: Path, declared: tuple[str, ...] = ()) -> Fenc
         # A folder holding the workspace or the target would open them all: left out.
         if path.exists() and not any(k.is_relative_to(path.resolve()) for k in kept):
             writable.append(path)
-    return Fence(writable=[str(p) for p in writable],
-                 unreadable=hidden(paths.sealed, Path(ctx.config.target)))
+    return Fence(
+        writable=[str(p) for p in writable],
+        unreadable=hidden(paths.sealed, Path(ctx.config.target)),
+    )
 
 
 def holds(confine: bool = True) -> str:
@@ -54,10 +56,14 @@ def holds(confine: bool = True) -> str:
     if not confine:
         return "nothing: [agents] confine = false lets agents write wherever the user can"
     if landlock_abi() < 1:
-        return ("nothing: this kernel has no Landlock, so agents write wherever the user can "
-                "(Linux 5.13 or newer fences them)")
-    return ("Landlock: agents change files only in their worktree, their own temporary folder "
-            "and their CLI's folders, and cannot read the run's sealed files or private/")
+        return (
+            "nothing: this kernel has no Landlock, so agents write wherever the user can "
+            "(Linux 5.13 or newer fences them)"
+        )
+    return (
+        "Landlock: agents change files only in their worktree, their own temporary folder "
+        "and their CLI's folders, and cannot read the run's sealed files or private/"
+    )
 
 
 def warning(config) -> str | None:

@@ -9,8 +9,8 @@ that take explicit cache markers get one at the end of the stable part.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import jinja2
 from pydantic import BaseModel, Field, ValidationError
@@ -27,8 +27,12 @@ from eat.target import Target
 from eat.workspace import Paths, source_name
 
 PROMPTS = Path(eat.teams.__file__).parent / "prompts"
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
-                          keep_trailing_newline=True, autoescape=False)
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(PROMPTS),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
 
 
 PLAN_SIZE = 5
@@ -49,7 +53,7 @@ def json_object(text: str) -> str:
     if m:
         return m.group(1)
     start, end = text.find("{"), text.rfind("}")
-    return text[start:end + 1] if start >= 0 and end > start else text
+    return text[start : end + 1] if start >= 0 and end > start else text
 
 
 class AttemptError(EatError):
@@ -98,8 +102,13 @@ def _takes_cache_markers(model: str) -> bool:
 class LLMAgent:
     """Coder and debugger of one team; `client_for(role)` gives the LLMClient of a role."""
 
-    def __init__(self, target: Target, paths: Paths, client_for: Callable[[str], LLMClient],
-                 roles: frozenset[str] = frozenset({"coder"})):
+    def __init__(
+        self,
+        target: Target,
+        paths: Paths,
+        client_for: Callable[[str], LLMClient],
+        roles: frozenset[str] = frozenset({"coder"}),
+    ):
         self.target, self.paths, self.client_for = target, paths, client_for
         self.roles = roles
 
@@ -109,10 +118,14 @@ class LLMAgent:
         t = self.target
         learning = self.paths.learning.read_text() if self.paths.learning.exists() else ""
         system = render("system.md.j2", target=t)
-        context = render("context.md.j2", target=t, learning=learning,
-                         skill=skill_text(self.paths.skill),
-                         reference_source=t.path(t.reference.file).read_text(),
-                         baseline_source=t.baseline_source())
+        context = render(
+            "context.md.j2",
+            target=t,
+            learning=learning,
+            skill=skill_text(self.paths.skill),
+            reference_source=t.path(t.reference.file).read_text(),
+            baseline_source=t.baseline_source(),
+        )
         return system, context
 
     def _messages(self, role: str, changing: str) -> list[dict]:
@@ -120,10 +133,14 @@ class LLMAgent:
         client = self.client_for(role)
         if _takes_cache_markers(client.settings.model):
             stable = {"type": "text", "text": context, "cache_control": {"type": "ephemeral"}}
-            return [{"role": "system", "content": system},
-                    {"role": "user", "content": [stable, {"type": "text", "text": changing}]}]
-        return [{"role": "system", "content": system},
-                {"role": "user", "content": context + "\n\n" + changing}]
+            return [
+                {"role": "system", "content": system},
+                {"role": "user", "content": [stable, {"type": "text", "text": changing}]},
+            ]
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": context + "\n\n" + changing},
+        ]
 
     def source_of(self, c: Candidate) -> str:
         return (self.paths.candidate(c.team, c.cid) / source_name(self.target.language)).read_text()
@@ -143,16 +160,19 @@ class LLMAgent:
         if not path.is_file():
             return []
         ev = Evaluation.model_validate_json(path.read_text())
-        return [w.summary() for w in ev.workloads] + \
-            profile(self.target, self.source_of(c)).splitlines()
+        return [w.summary() for w in ev.workloads] + profile(
+            self.target, self.source_of(c)
+        ).splitlines()
 
     # -- turns -------------------------------------------------------------------------------
 
     def propose(self, team: Team, state: RunState) -> Proposal:
         parent = start_candidate(team, state)
         source = self.source_of(parent) if parent else self.target.baseline_source()
-        recent = [f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.what}"
-                  for c in state.recent_of(team.id, 6)]
+        recent = [
+            f"{c.cid}: {f'{c.estimate:.2f}x' if c.estimate else c.status} — {c.what}"
+            for c in state.recent_of(team.id, 6)
+        ]
         plan, new_plan = team.plan, None
         if self.plays(team, "planner") and all(p["tried"] for p in plan):
             new_plan = self._plan(team, recent)
@@ -160,16 +180,23 @@ class LLMAgent:
         item = next((i for i, p in enumerate(plan) if not p["tried"]), None)
         repeated = [_known(state, cid) for cid in team.repeated] if team.repeats else []
         profile = self._profile(parent) if parent and self.plays(team, "profiler") else []
-        changing = render("coder.md.j2", team=team, role="coder", recent=recent,
-                          repeated=repeated, profile=profile,
-                          steering=prompt_lines(state, team.id),
-                          language=self.target.fence,
-                          idea=plan[item]["idea"] if item is not None else None,
-                          parent=parent and {"cid": parent.cid, "source": source,
-                                             "summary": f"{parent.estimate:.2f}x"})
+        changing = render(
+            "coder.md.j2",
+            team=team,
+            role="coder",
+            recent=recent,
+            repeated=repeated,
+            profile=profile,
+            steering=prompt_lines(state, team.id),
+            language=self.target.fence,
+            idea=plan[item]["idea"] if item is not None else None,
+            parent=parent
+            and {"cid": parent.cid, "source": source, "summary": f"{parent.estimate:.2f}x"},
+        )
         try:
-            proposal = self._ask(team, state, "coder", changing, source,
-                                 parent.cid if parent else None)
+            proposal = self._ask(
+                team, state, "coder", changing, source, parent.cid if parent else None
+            )
             if self.plays(team, "reviewer"):
                 proposal = self._review(team, state, proposal)
         except AttemptError as e:
@@ -181,19 +208,34 @@ class LLMAgent:
     def _review(self, team: Team, state: RunState, proposal: Proposal) -> Proposal:
         """The reviewer reads the candidate before it spends an evaluation; problems it names
         get the coder one revision (an unusable review, or revision, keeps the candidate)."""
-        messages = self._messages("reviewer", render(
-            "reviewer.md.j2", team=team, parent=proposal.parent, idea=proposal.idea,
-            language=self.target.fence, source=proposal.source))
-        reply = self.client_for("reviewer").chat(messages, agent=f"{team.id}/reviewer",
-                                                 team=team.id)
+        messages = self._messages(
+            "reviewer",
+            render(
+                "reviewer.md.j2",
+                team=team,
+                parent=proposal.parent,
+                idea=proposal.idea,
+                language=self.target.fence,
+                source=proposal.source,
+            ),
+        )
+        reply = self.client_for("reviewer").chat(
+            messages, agent=f"{team.id}/reviewer", team=team.id
+        )
         try:
             review = _Review.model_validate_json(json_object(reply))
         except ValidationError:
             return proposal
         if review.approve or not review.problems:
             return proposal
-        changing = render("revise.md.j2", team=team, idea=proposal.idea, source=proposal.source,
-                          problems=review.problems, language=self.target.fence)
+        changing = render(
+            "revise.md.j2",
+            team=team,
+            idea=proposal.idea,
+            source=proposal.source,
+            problems=review.problems,
+            language=self.target.fence,
+        )
         try:
             revised = self._ask(team, state, "coder", changing, proposal.source, proposal.parent)
         except AttemptError:
@@ -205,44 +247,67 @@ class LLMAgent:
         """The planner's next ideas (None: two unusable replies; the coder then chooses)."""
         done = [f"{p['idea']} -> {p['tried']}" for p in team.plan if p["tried"]][-10:]
         best = f"{team.best.cid} at {team.best.estimate:.2f}x" if team.best_estimate else None
-        messages = self._messages("planner", render(
-            "planner.md.j2", team=team, best=best, recent=recent, done=done, size=PLAN_SIZE))
+        messages = self._messages(
+            "planner",
+            render("planner.md.j2", team=team, best=best, recent=recent, done=done, size=PLAN_SIZE),
+        )
         client = self.client_for("planner")
         for _ in range(2):
             reply = client.chat(messages, agent=f"{team.id}/planner", team=team.id)
             try:
                 return _Plan.model_validate_json(json_object(reply)).ideas
             except ValidationError as e:
-                messages += [{"role": "assistant", "content": reply},
-                             {"role": "user", "content": "That is not the JSON object asked "
-                              f"for ({e.errors()[0]['msg']}). Answer again with only "
-                              '{"ideas": [{"idea": "...", "expected_gain": 1.2}]}.'}]
+                messages += [
+                    {"role": "assistant", "content": reply},
+                    {
+                        "role": "user",
+                        "content": "That is not the JSON object asked "
+                        f"for ({e.errors()[0]['msg']}). Answer again with only "
+                        '{"ideas": [{"idea": "...", "expected_gain": 1.2}]}.',
+                    },
+                ]
         return None
 
-    def repair(self, team: Team, state: RunState, failed: Candidate,
-               log: str) -> Proposal | None:
+    def repair(self, team: Team, state: RunState, failed: Candidate, log: str) -> Proposal | None:
         """The debugger's fix of a failed candidate; None when the team has no debugger."""
         if not self.plays(team, "debugger"):
             return None
-        changing = render("debugger.md.j2", team=team, role="debugger",
-                          language=self.target.fence, failed={
-                              "cid": failed.cid, "idea": failed.idea, "status": failed.status,
-                              "message": failed.message, "log": log[-3000:],
-                              "source": self.source_of(failed)})
-        proposal = self._ask(team, state, "debugger", changing, self.source_of(failed),
-                             failed.cid)
+        changing = render(
+            "debugger.md.j2",
+            team=team,
+            role="debugger",
+            language=self.target.fence,
+            failed={
+                "cid": failed.cid,
+                "idea": failed.idea,
+                "status": failed.status,
+                "message": failed.message,
+                "log": log[-3000:],
+                "source": self.source_of(failed),
+            },
+        )
+        proposal = self._ask(team, state, "debugger", changing, self.source_of(failed), failed.cid)
         proposal.idea = f"repair of {failed.cid}: {proposal.idea}"
         return proposal
 
-    def _ask(self, team: Team, state: RunState, role: str, changing: str, original: str,
-             parent: str | None) -> Proposal:
+    def _ask(
+        self,
+        team: Team,
+        state: RunState,
+        role: str,
+        changing: str,
+        original: str,
+        parent: str | None,
+    ) -> Proposal:
         client, entry = self.client_for(role), self.target.entry.name
         messages = self._messages(role, changing)
         reply = client.chat(messages, agent=f"{team.id}/{role}", team=team.id)
         parsed = parse_reply(reply, original, entry)
         if parsed.error:  # one short correction round, then the attempt counts as failed
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": correction_message(parsed, entry)}]
+            messages += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": correction_message(parsed, entry)},
+            ]
             reply = client.chat(messages, agent=f"{team.id}/{role}", team=team.id)
             parsed = parse_reply(reply, original, entry)
             if parsed.error:

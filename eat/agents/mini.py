@@ -22,8 +22,10 @@ heredoc or sed, run `eat check`, and `eat submit -m "what you tried"` for every 
 believe is faster. When you have submitted your best version, finish with the command
 `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (alone)."""
 
-SYSTEM = ("You are a performance engineer who works through a bash tool, one or more commands "
-          "per reply, each with a line of reasoning first.")
+SYSTEM = (
+    "You are a performance engineer who works through a bash tool, one or more commands "
+    "per reply, each with a line of reasoning first."
+)
 
 
 def main(argv: list[str]) -> int:
@@ -32,8 +34,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--api-base")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--command-timeout", type=int, default=600)
-    ap.add_argument("--cost-limit", type=float, default=0.0,
-                    help="USD the agent may spend in this turn (0: no limit)")
+    ap.add_argument(
+        "--cost-limit",
+        type=float,
+        default=0.0,
+        help="USD the agent may spend in this turn (0: no limit)",
+    )
     args = ap.parse_args(argv)
     # mini-swe-agent prints a banner and keeps a config folder: quiet, and inside the worktree
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
@@ -48,11 +54,16 @@ def main(argv: list[str]) -> int:
         kwargs["api_base"] = args.api_base
         if args.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
             kwargs["api_key"] = "none"  # local servers want some key; this is no secret
-    model = LitellmModel(model_name=args.model, model_kwargs=kwargs,
-                         cost_tracking="ignore_errors")
+    model = LitellmModel(model_name=args.model, model_kwargs=kwargs, cost_tracking="ignore_errors")
     env = LocalEnvironment(cwd=os.getcwd(), timeout=args.command_timeout)
-    agent = DefaultAgent(model, env, system_template=SYSTEM, instance_template=INSTANCE,
-                         step_limit=args.steps, cost_limit=args.cost_limit)
+    agent = DefaultAgent(
+        model,
+        env,
+        system_template=SYSTEM,
+        instance_template=INSTANCE,
+        step_limit=args.steps,
+        cost_limit=args.cost_limit,
+    )
     task = Path(os.environ.get("EAT_TASK", "TASK.md")).read_text()
     status = "error"
     try:
@@ -71,10 +82,15 @@ def usage(agent, model: str) -> dict:
         u = ((m.get("extra") or {}).get("response") or {}).get("usage") or {}
         prompt += u.get("prompt_tokens") or 0
         completion += u.get("completion_tokens") or 0
-        cached += ((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-    return {"model": model, "calls": agent.n_calls, "prompt_tokens": prompt,
-            "completion_tokens": completion, "cached_tokens": cached,
-            "cost_usd": agent.cost or None}
+        cached += (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return {
+        "model": model,
+        "calls": agent.n_calls,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "cached_tokens": cached,
+        "cost_usd": agent.cost or None,
+    }
 
 
 if __name__ == "__main__":

@@ -98,8 +98,11 @@ class OfflineAgent:
     def _center(self, team: Team, state: RunState) -> tuple[dict[str, Any], str | None]:
         """Where a local strategy searches from: the better of the team's best and the candidate
         it was started from, else the baseline."""
-        options = [c for c in (team.best, state.candidates.get(team.start_from or ""))
-                   if c is not None and c.estimate is not None]
+        options = [
+            c
+            for c in (team.best, state.candidates.get(team.start_from or ""))
+            if c is not None and c.estimate is not None
+        ]
         if not options:
             return defaults(self.target), None
         center = max(options, key=lambda c: c.estimate)
@@ -112,8 +115,14 @@ class OfflineAgent:
         radius = region_radius(len(self.target.knobs))
         return lambda knobs: any(differs(knobs, r) < radius for r in regions)
 
-    def _offer(self, knobs: dict[str, Any], state: RunState, idea: str,
-               parent: str | None, team: Team | None = None) -> Proposal | None:
+    def _offer(
+        self,
+        knobs: dict[str, Any],
+        state: RunState,
+        idea: str,
+        parent: str | None,
+        team: Team | None = None,
+    ) -> Proposal | None:
         if team is not None and team.avoid and self._avoided(team, state)(knobs):
             return None
         key = tuple(knobs.items())
@@ -128,8 +137,14 @@ class OfflineAgent:
     def _from_skill(self, team: Team, state: RunState) -> Proposal | None:
         """The skill's best configuration not evaluated in this run yet."""
         for knobs, speedup, cid in self.known:
-            p = self._offer(knobs, state, f"the skill's {cid} ({speedup:.2f}x in its run): "
-                            + ", ".join(f"{k}={v}" for k, v in knobs.items()), None, team)
+            p = self._offer(
+                knobs,
+                state,
+                f"the skill's {cid} ({speedup:.2f}x in its run): "
+                + ", ".join(f"{k}={v}" for k, v in knobs.items()),
+                None,
+                team,
+            )
             if p:
                 return p
         return None
@@ -149,8 +164,9 @@ class OfflineAgent:
             for value in sorted(values, key=lambda v: abs(values.index(v) - at)):
                 if value == center[name]:
                     continue
-                p = self._offer({**center, name: value}, state,
-                                _describe({name: value}, center), parent, team)
+                p = self._offer(
+                    {**center, name: value}, state, _describe({name: value}, center), parent, team
+                )
                 if p:
                     return p
         return None
@@ -163,13 +179,19 @@ class OfflineAgent:
     def _explorer(self, team: Team, state: RunState) -> Proposal | None:
         """The untried configuration farthest from everything measured (coverage)."""
         space = {n: k.values for n, k in self.target.knobs.items()}
-        measured = [defaults(self.target)] + [c.knobs for c in state.candidates.values()
-                                              if c.knobs]
+        measured = [defaults(self.target)] + [c.knobs for c in state.candidates.values() if c.knobs]
         avoided = self._avoided(team, state)
-        for knobs in surrogate.spread(space, measured, self._rng(team, 0),
-                                      allowed=lambda k: not avoided(k)):
-            p = self._offer(knobs, state, "farthest from everything measured: " +
-                            ", ".join(f"{k}={v}" for k, v in knobs.items()), None, team)
+        for knobs in surrogate.spread(
+            space, measured, self._rng(team, 0), allowed=lambda k: not avoided(k)
+        ):
+            p = self._offer(
+                knobs,
+                state,
+                "farthest from everything measured: "
+                + ", ".join(f"{k}={v}" for k, v in knobs.items()),
+                None,
+                team,
+            )
             if p:
                 return p
         return None
@@ -180,8 +202,9 @@ class OfflineAgent:
         for attempt in range(_TRIES):
             rng = self._rng(team, attempt)
             picked = rng.sample(names, min(len(names), rng.choice((1, 2))))
-            change = {n: v for n in picked
-                      if (v := rng.choice(self.target.knobs[n].values)) != center[n]}
+            change = {
+                n: v for n in picked if (v := rng.choice(self.target.knobs[n].values)) != center[n]
+            }
             if not change:
                 continue
             p = self._offer({**center, **change}, state, _describe(change, center), parent, team)
@@ -195,7 +218,8 @@ class OfflineAgent:
         the baseline's configuration is known to give 1.0x."""
         space = {n: k.values for n, k in self.target.knobs.items()}
         observed = [(defaults(self.target), 1.0)] + [
-            (c.knobs, c.estimate) for c in state.candidates.values() if c.knobs]
+            (c.knobs, c.estimate) for c in state.candidates.values() if c.knobs
+        ]
         avoided = self._avoided(team, state)
         start = state.candidates.get(team.start_from or "")
         radius = region_radius(len(space))
@@ -205,8 +229,13 @@ class OfflineAgent:
             return near and not avoided(knobs)
 
         for knobs in surrogate.suggest(space, observed, self._rng(team, 0), allowed=allowed):
-            p = self._offer(knobs, state, "surrogate's pick: " +
-                            ", ".join(f"{k}={v}" for k, v in knobs.items()), None, team)
+            p = self._offer(
+                knobs,
+                state,
+                "surrogate's pick: " + ", ".join(f"{k}={v}" for k, v in knobs.items()),
+                None,
+                team,
+            )
             if p:
                 return p
         return None

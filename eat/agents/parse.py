@@ -55,7 +55,7 @@ def _blocks(reply: str) -> list[tuple[str, str]]:
         while i < len(lines) and not close.match(lines[i]):
             line = lines[i]
             # Content of an indented fence (inside a list item) is indented the same way.
-            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
             i += 1
         i += 1
         # An unclosed fence runs to the end of the reply: a dropped closing fence is common,
@@ -67,8 +67,10 @@ def _blocks(reply: str) -> list[tuple[str, str]]:
 def _defines(source: str, entry: str) -> bool:
     """Whether `source` defines `entry`: a C function with a body, a def, or an assignment."""
     e = re.escape(entry)
-    return bool(re.search(rf"\b{e}\s*\([^;{{}}()]*\)\s*(const\s*)?\{{", source)
-                or re.search(rf"^\s*(async\s+)?def\s+{e}\s*\(|^{e}\s*=", source, re.M))
+    return bool(
+        re.search(rf"\b{e}\s*\([^;{{}}()]*\)\s*(const\s*)?\{{", source)
+        or re.search(rf"^\s*(async\s+)?def\s+{e}\s*\(|^{e}\s*=", source, re.M)
+    )
 
 
 def extract_fenced(reply: str, entry: str | None = None) -> str | None:
@@ -89,8 +91,10 @@ def _has_edits(reply: str) -> bool:
 def _edit_blocks(reply: str) -> tuple[list[tuple[list[str], list[str]]], str | None]:
     """The (search lines, replace lines) of each block, or the first malformed block."""
     blocks: list[tuple[list[str], list[str]]] = []
-    missing = {"search": "missing '=======' after the SEARCH lines",
-               "replace": "missing '>>>>>>> REPLACE' after the new lines"}
+    missing = {
+        "search": "missing '=======' after the SEARCH lines",
+        "replace": "missing '>>>>>>> REPLACE' after the new lines",
+    }
     state, search, replace = "out", [], []
     for line in reply.split("\n"):
         n = len(blocks) + 1
@@ -126,23 +130,28 @@ def _indent(lines: list[str]) -> str:
 
 
 def _reindent(lines: list[str], old: str, new: str) -> list[str]:
-    return [new + line[len(old):] if line.strip() and line.startswith(old) else line
-            for line in lines]
+    return [
+        new + line[len(old) :] if line.strip() and line.startswith(old) else line for line in lines
+    ]
 
 
 def _matches(lines: list[str], search: list[str], how: str) -> list[int]:
     """Start indices where `search` matches `lines`, under one of three strictness levels."""
     m = len(search)
     if how == "exact":
-        return [i for i in range(len(lines) - m + 1) if lines[i:i + m] == search]
+        return [i for i in range(len(lines) - m + 1) if lines[i : i + m] == search]
     want = [s.rstrip() for s in search]
     if how == "rstrip":
-        return [i for i in range(len(lines) - m + 1)
-                if [x.rstrip() for x in lines[i:i + m]] == want]
+        return [
+            i for i in range(len(lines) - m + 1) if [x.rstrip() for x in lines[i : i + m]] == want
+        ]
     # Models often drop or add one level of indentation uniformly; compare dedented lines.
     want = _reindent(want, _indent(want), "")
-    return [i for i in range(len(lines) - m + 1)
-            if _reindent(w := [x.rstrip() for x in lines[i:i + m]], _indent(w), "") == want]
+    return [
+        i
+        for i in range(len(lines) - m + 1)
+        if _reindent(w := [x.rstrip() for x in lines[i : i + m]], _indent(w), "") == want
+    ]
 
 
 def apply_edits(original: str, reply: str) -> tuple[str | None, str | None]:
@@ -157,8 +166,10 @@ def apply_edits(original: str, reply: str) -> tuple[str | None, str | None]:
     for n, (search, replace) in enumerate(blocks, 1):
         if not any(s.strip() for s in search):
             if any(x.strip() for x in lines):
-                return None, (f"edit block {n}: empty SEARCH section, but the source is not "
-                              "empty; send the whole file in one fenced block instead")
+                return None, (
+                    f"edit block {n}: empty SEARCH section, but the source is not "
+                    "empty; send the whole file in one fenced block instead"
+                )
             lines = list(replace)
             continue
         for how in ("exact", "rstrip", "indent"):
@@ -169,14 +180,16 @@ def apply_edits(original: str, reply: str) -> tuple[str | None, str | None]:
             first = next(s.strip() for s in search if s.strip())[:60]
             return None, f"edit block {n}: SEARCH text not found (first line: {first!r})"
         if len(found) > 1:
-            return None, (f"edit block {n}: SEARCH text occurs {len(found)} times; "
-                          "add surrounding lines so it occurs once")
+            return None, (
+                f"edit block {n}: SEARCH text occurs {len(found)} times; "
+                "add surrounding lines so it occurs once"
+            )
         i = found[0]
         new = replace
         if how == "indent":
             # Shift the replacement by the same amount the SEARCH lines were off by.
-            new = _reindent(replace, _indent(search), _indent(lines[i:i + len(search)]))
-        lines = lines[:i] + new + lines[i + len(search):]
+            new = _reindent(replace, _indent(search), _indent(lines[i : i + len(search)]))
+        lines = lines[:i] + new + lines[i + len(search) :]
     return "\n".join(lines) + "\n", None
 
 

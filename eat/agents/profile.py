@@ -45,10 +45,23 @@ def vectorization(target: Target, source: str, timeout_s: float = 60.0) -> str:
     with tempfile.TemporaryDirectory(prefix="eat-prof-") as tmp:
         src = Path(tmp) / "candidate.c"
         src.write_text(source)
-        cmd = [target.build.compiler_for("cpu"), "-std=gnu11", "-fPIC", *flags,
-               "-fopt-info-vec-all", "-c", src.name, "-o", "candidate.o"]
-        run = sandbox.run(cmd, cwd=Path(tmp), env=sandbox.clean_env(Path(tmp)),
-                          limits=sandbox.Limits(wall_s=timeout_s, max_output_chars=200_000))
+        cmd = [
+            target.build.compiler_for("cpu"),
+            "-std=gnu11",
+            "-fPIC",
+            *flags,
+            "-fopt-info-vec-all",
+            "-c",
+            src.name,
+            "-o",
+            "candidate.o",
+        ]
+        run = sandbox.run(
+            cmd,
+            cwd=Path(tmp),
+            env=sandbox.clean_env(Path(tmp)),
+            limits=sandbox.Limits(wall_s=timeout_s, max_output_chars=200_000),
+        )
     return remarks(run.stderr + run.stdout, source)
 
 
@@ -77,9 +90,22 @@ def ncu_summary(target: Target, source: str, timeout_s: float = 300.0) -> str:
     with tempfile.TemporaryDirectory(prefix="eat-ncu-") as tmp:
         src = Path(tmp) / "candidate.cu"
         src.write_text(source)
-        cmd = ["ncu", "--section", "SpeedOfLight", "--csv", "--target-processes", "all",
-               "--launch-count", "20", sys.executable, "-m", "eat", "eval", str(target.root),
-               str(src)]
+        cmd = [
+            "ncu",
+            "--section",
+            "SpeedOfLight",
+            "--csv",
+            "--target-processes",
+            "all",
+            "--launch-count",
+            "20",
+            sys.executable,
+            "-m",
+            "eat",
+            "eval",
+            str(target.root),
+            str(src),
+        ]
         try:
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -99,7 +125,10 @@ def speed_of_light(csv_text: str) -> str:
         kernels.setdefault(row.get("Kernel Name", "?"), {})[row.get("Metric Name", "")] = value
     lines = []
     for name, m in kernels.items():
-        parts = [f"{k.lower()} {m[k]}" for k in ("Compute (SM) Throughput", "Memory Throughput",
-                                                  "DRAM Throughput", "Duration") if k in m]
+        parts = [
+            f"{k.lower()} {m[k]}"
+            for k in ("Compute (SM) Throughput", "Memory Throughput", "DRAM Throughput", "Duration")
+            if k in m
+        ]
         lines.append(f"{name[:60]}: " + ", ".join(parts))
     return "\n".join(lines)

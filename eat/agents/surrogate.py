@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-BONUS = 2.0                 # exploration: standard deviations added to the predicted mean
-NOISE = 0.05                # observation noise, in units of the standardized log speedup
+BONUS = 2.0  # exploration: standard deviations added to the predicted mean
+NOISE = 0.05  # observation noise, in units of the standardized log speedup
 LENGTHS = (0.12, 0.18, 0.27, 0.4, 0.6)  # kernel widths tried, by marginal likelihood
-ENUMERATE_UP_TO = 20_000    # configurations scored exhaustively; larger spaces are sampled
+ENUMERATE_UP_TO = 20_000  # configurations scored exhaustively; larger spaces are sampled
 SAMPLES = 4_000
 FAILED_PENALTY = math.log(2.0)  # a failed configuration counts as half the worst speedup
 # The most measurements one fit uses (its cost grows with their cube, its memory with their
@@ -47,7 +47,7 @@ class GP:
         self.x, z = x, (y - self.mean) / self.scale
         best = None
         for length in LENGTHS:
-            k = _rbf(x, x, length) + NOISE ** 2 * np.eye(len(x))
+            k = _rbf(x, x, length) + NOISE**2 * np.eye(len(x))
             chol = np.linalg.cholesky(k)
             alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
             evidence = -0.5 * z @ alpha - np.log(np.diag(chol)).sum()
@@ -67,8 +67,10 @@ class GP:
 def _indexer(space: dict[str, list]):
     """knobs -> the index of each knob's value (its first value where a knob is missing), or
     None for a value the space does not list. Values compare as text, as TOML gives them."""
-    lookup = [(name, {str(v): i for i, v in reversed(list(enumerate(values)))}, str(values[0]))
-              for name, values in space.items()]
+    lookup = [
+        (name, {str(v): i for i, v in reversed(list(enumerate(values)))}, str(values[0]))
+        for name, values in space.items()
+    ]
 
     def point(knobs: dict[str, Any]) -> tuple[int, ...] | None:
         idx = tuple(where.get(str(knobs.get(name, first)), -1) for name, where, first in lookup)
@@ -86,12 +88,17 @@ def _candidates(space: dict[str, list], tried: set, top: list[tuple], rng: rando
     pool = {tuple(rng.randrange(n) for n in sizes) for _ in range(SAMPLES)}
     for p in top:
         for k, n in enumerate(sizes):
-            pool.update(p[:k] + (v,) + p[k + 1:] for v in range(n))
+            pool.update(p[:k] + (v,) + p[k + 1 :] for v in range(n))
     return sorted(pool - tried)
 
 
-def spread(space: dict[str, list], observed: list[dict], rng: random.Random,
-           count: int = 8, allowed=lambda knobs: True) -> list[dict[str, Any]]:
+def spread(
+    space: dict[str, list],
+    observed: list[dict],
+    rng: random.Random,
+    count: int = 8,
+    allowed=lambda knobs: True,
+) -> list[dict[str, Any]]:
     """Up to `count` untried configurations that `allowed` accepts, farthest first from every
     configuration measured (maximin in knob-index space, scaled to [0, 1]): coverage, so no
     region stays unseen for long."""
@@ -111,14 +118,19 @@ def spread(space: dict[str, list], observed: list[dict], rng: random.Random,
     xs, seen = np.array(pool) / scale, np.array(sorted(points)) / scale
     nearest = np.full(len(pool), np.inf)
     for start in range(0, len(seen), 2048):  # bounded memory on large histories
-        nearest = np.minimum(nearest, _squared_distances(xs, seen[start:start + 2048]).min(1))
+        nearest = np.minimum(nearest, _squared_distances(xs, seen[start : start + 2048]).min(1))
     jitter = np.array([rng.random() for _ in pool]) * 1e-9  # ties broken by the run's seed
     return [knobs(pool[i]) for i in np.argsort(-(nearest + jitter), kind="stable")[:count]]
 
 
-def suggest(space: dict[str, list], observed: list[tuple[dict, float | None]],
-            rng: random.Random, bonus: float = BONUS, count: int = 8,
-            allowed=lambda knobs: True) -> list[dict[str, Any]]:
+def suggest(
+    space: dict[str, list],
+    observed: list[tuple[dict, float | None]],
+    rng: random.Random,
+    bonus: float = BONUS,
+    count: int = 8,
+    allowed=lambda knobs: True,
+) -> list[dict[str, Any]]:
     """Up to `count` untried configurations that `allowed` accepts, best acquisition first.
 
     `observed` is every (knobs, speedup or None when it failed) the run has seen; with fewer
@@ -141,15 +153,21 @@ def suggest(space: dict[str, list], observed: list[tuple[dict, float | None]],
     def knobs(p: tuple[int, ...]) -> dict[str, Any]:
         return {names[k]: space[names[k]][i] for k, i in enumerate(p)}
 
-    pool = [p for p in _candidates(space, tried, [points[i] for i in order[:5]], rng)
-            if allowed(knobs(p))]
+    pool = [
+        p
+        for p in _candidates(space, tried, [points[i] for i in order[:5]], rng)
+        if allowed(knobs(p))
+    ]
     if not pool:
         return []
     if len(ok) < max(3, len(space)):
         picks = rng.sample(pool, min(count, len(pool)))
     else:
-        fit = order[:FIT_BEST] + rng.sample(order[FIT_BEST:], FIT_POINTS - FIT_BEST) \
-            if len(points) > FIT_POINTS else order
+        fit = (
+            order[:FIT_BEST] + rng.sample(order[FIT_BEST:], FIT_POINTS - FIT_BEST)
+            if len(points) > FIT_POINTS
+            else order
+        )
         gp = GP(np.array([points[i] for i in fit]) / scale, np.array([values[i] for i in fit]))
         mu, sd = gp.predict(np.array(pool) / scale)
         score = mu + bonus * sd

@@ -18,33 +18,59 @@ from eat.llm import LLMClient
 from eat.state import RunState, Team
 from eat.workspace import Paths
 
-MAX_RESULT = 12_000   # characters of a tool's result the model sees
+MAX_RESULT = 12_000  # characters of a tool's result the model sees
 
 
 def _tool(name: str, description: str, **params: str) -> dict:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "required": list(params),
-                       "properties": {k: {"type": "string", "description": v}
-                                      for k, v in params.items()}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "required": list(params),
+                "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
+            },
+        },
+    }
 
 
 TOOLS = [
-    _tool("read_file", "Read a file of the worktree (TASK.md, the candidate, the reference, "
-          "LEARNING.md, others/...).", path="Path relative to the worktree."),
-    _tool("write_file", "Replace a file of the worktree with `content`.",
-          path="Path relative to the worktree.", content="The whole new content."),
-    _tool("edit_file", "Replace the one occurrence of `old` in a file with `new`.",
-          path="Path relative to the worktree.", old="Exact text to replace (unique).",
-          new="Replacement text."),
+    _tool(
+        "read_file",
+        "Read a file of the worktree (TASK.md, the candidate, the reference, "
+        "LEARNING.md, others/...).",
+        path="Path relative to the worktree.",
+    ),
+    _tool(
+        "write_file",
+        "Replace a file of the worktree with `content`.",
+        path="Path relative to the worktree.",
+        content="The whole new content.",
+    ),
+    _tool(
+        "edit_file",
+        "Replace the one occurrence of `old` in a file with `new`.",
+        path="Path relative to the worktree.",
+        old="Exact text to replace (unique).",
+        new="Replacement text.",
+    ),
     _tool("list_files", "List the worktree's files."),
     _tool("check", "Build and verify the candidate file (no timing: submit times it)."),
-    _tool("submit", "Evaluate the candidate file fully and record it as the team's candidate.",
-          message="One line: what this candidate tries."),
-    _tool("profile", "Per-workload times and fraction of peak (once submitted), and the "
-          "compiler's remarks on the candidate's loops."),
-    _tool("write_notes", "Append to your NOTES.md (kept with your submits).",
-          text="What to remember."),
+    _tool(
+        "submit",
+        "Evaluate the candidate file fully and record it as the team's candidate.",
+        message="One line: what this candidate tries.",
+    ),
+    _tool(
+        "profile",
+        "Per-workload times and fraction of peak (once submitted), and the "
+        "compiler's remarks on the candidate's loops.",
+    ),
+    _tool(
+        "write_notes", "Append to your NOTES.md (kept with your submits).", text="What to remember."
+    ),
 ]
 
 
@@ -63,25 +89,32 @@ class ToolsAgent:  # a base.Worker
         self._stopped = None
         root = self.paths.worktree(team.id)
         source = next(iter(sorted(root.glob("candidate.*"))))
-        messages = [{"role": "system", "content": render("tools_system.md.j2")},
-                    {"role": "user", "content": self.paths.task_file(team.id).read_text()}]
+        messages = [
+            {"role": "system", "content": render("tools_system.md.j2")},
+            {"role": "user", "content": self.paths.task_file(team.id).read_text()},
+        ]
         for _ in range(desk.cfg.agent_steps):
             why = self._stopped or desk.why_end()
             if why:
                 return why
-            reply = self.client.complete(messages, agent=f"{team.id}/coder", team=team.id,
-                                         tools=TOOLS)
+            reply = self.client.complete(
+                messages, agent=f"{team.id}/coder", team=team.id, tools=TOOLS
+            )
             calls = reply.tool_calls or []
-            messages.append({"role": "assistant", "content": reply.content or "",
-                             **({"tool_calls": [c.model_dump() for c in calls]} if calls
-                                else {})})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": reply.content or "",
+                    **({"tool_calls": [c.model_dump() for c in calls]} if calls else {}),
+                }
+            )
             if not calls:
                 return "the model ended its turn"
             for call in calls:
-                result = self._run(call.function.name, call.function.arguments, root, source,
-                                   desk)
-                messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": result[-MAX_RESULT:]})
+                result = self._run(call.function.name, call.function.arguments, root, source, desk)
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": result[-MAX_RESULT:]}
+                )
         return f"step limit ({desk.cfg.agent_steps} model calls a turn)"
 
     def _run(self, name: str, arguments: str, root: Path, source: Path, desk) -> str:
@@ -101,14 +134,20 @@ class ToolsAgent:  # a base.Worker
                 path = _writable(root, args["path"])
                 text = path.read_text()
                 if text.count(args["old"]) != 1:
-                    return f"error: `old` occurs {text.count(args['old'])} times in " \
-                           f"{args['path']}; it must occur once"
+                    return (
+                        f"error: `old` occurs {text.count(args['old'])} times in "
+                        f"{args['path']}; it must occur once"
+                    )
                 path.write_text(text.replace(args["old"], args["new"]))
                 return f"edited {args['path']}"
             if name == "list_files":
-                return "\n".join(sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                                        if p.is_file() and ".git" not in p.parts
-                                        and ".requests" not in p.parts))
+                return "\n".join(
+                    sorted(
+                        str(p.relative_to(root))
+                        for p in root.rglob("*")
+                        if p.is_file() and ".git" not in p.parts and ".requests" not in p.parts
+                    )
+                )
             if name == "write_notes":
                 with open(root / "NOTES.md", "a") as f:
                     f.write(args["text"].rstrip() + "\n")
@@ -136,6 +175,7 @@ def _writable(root: Path, rel: str) -> Path:
     path = _inside(root, rel)
     top = path.relative_to(root).parts[0]
     if not (top.startswith("candidate.") or top == "NOTES.md" or top.startswith("scratch")):
-        raise ValueError(f"{rel}: only the candidate file, NOTES.md and scratch* files may be "
-                         "written")
+        raise ValueError(
+            f"{rel}: only the candidate file, NOTES.md and scratch* files may be written"
+        )
     return path

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 
 class Cancelled(Exception):
@@ -31,7 +32,7 @@ class LocalExecutor:
 
     def __init__(self, workers: int):
         self.workers = workers
-        self.busy: dict[str, threading.Thread] = {}   # team id -> the thread of its turn
+        self.busy: dict[str, threading.Thread] = {}  # team id -> the thread of its turn
         self._inbox: queue.Queue = queue.Queue()
         self._main = threading.get_ident()
         self._closed = False

@@ -17,20 +17,24 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 from eat.cache import cache_dir
-from eat.procs import descendants, proc_start
 from eat.errors import BadInput, RunnerUnavailable
-from eat.runners.base import Evaluation, Runner, get_runner
+from eat.procs import descendants, proc_start
+from eat.runners import get_runner
+from eat.runners.base import Evaluation, Runner
 from eat.target import EvalConfig, Target
 
 READY_S = 120.0  # longest wait for the actor to be placed: a resource no node has waits forever
 # A local Ray instance stays on loopback, sends no usage reports and asks for no token.
-_LOCAL_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
-              "RAY_AUTH_MODE": "disabled"}
+_LOCAL_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+}
 
 
 def _ray():
@@ -57,8 +61,14 @@ class _Evaluator:
 class RayRunner:
     """A runner whose evaluations run in a Ray actor (see the module's docstring)."""
 
-    def __init__(self, target: Target, workers: int, address: str | None = None,
-                 make_runner: Callable[[], Runner] | None = None, **runner_kwargs):
+    def __init__(
+        self,
+        target: Target,
+        workers: int,
+        address: str | None = None,
+        make_runner: Callable[[], Runner] | None = None,
+        **runner_kwargs,
+    ):
         """`make_runner` (sent to the actor, so picklable) makes the runner there; default:
         the target's, with `runner_kwargs`."""
         ray = self.ray = _ray()
@@ -69,17 +79,24 @@ class RayRunner:
                 ray.init(address=address, log_to_driver=False)
             else:
                 os.environ.update({k: v for k, v in _LOCAL_ENV.items() if k not in os.environ})
-                ray.init(num_cpus=max(2, workers), include_dashboard=False, log_to_driver=False,
-                         object_store_memory=128 << 20)
+                ray.init(
+                    num_cpus=max(2, workers),
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    object_store_memory=128 << 20,
+                )
         gpu = 1 if target.runner in ("cuda", "rocm") else 0
         actor = ray.remote(num_cpus=0, num_gpus=gpu, max_concurrency=workers)(_Evaluator)
-        self.actor = actor.remote(make_runner or partial(get_runner, target.runner,
-                                                         target.language, **runner_kwargs))
+        self.actor = actor.remote(
+            make_runner or partial(get_runner, target.runner, target.language, **runner_kwargs)
+        )
         ready, _ = ray.wait([self.actor.unavailable.remote(target)], timeout=READY_S)
         if not ready:
             self.close()
-            raise RunnerUnavailable(f"Ray placed no {target.runner} evaluator within "
-                                    f"{READY_S:g} s (does a node have a GPU?)")
+            raise RunnerUnavailable(
+                f"Ray placed no {target.runner} evaluator within "
+                f"{READY_S:g} s (does a node have a GPU?)"
+            )
         self._why = ray.get(ready[0])
         if self.started and not address:
             self._leftovers = _record_local_instance()
@@ -87,8 +104,14 @@ class RayRunner:
     def unavailable(self, target: Target | None = None) -> str | None:
         return self._why
 
-    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
-                 workdir: Path | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        target: Target,
+        source: str,
+        *,
+        config: EvalConfig | None = None,
+        workdir: Path | None = None,
+    ) -> Evaluation:
         cfg = config or target.evaluation
         # Compile, verify and time each have their own limits; the wait covers them all.
         limit = cfg.compile_timeout_s + 2 * cfg.timeout_s + 600
@@ -113,6 +136,7 @@ class RayRunner:
 # raylet started. Each run that starts a local instance writes down its processes; the next
 # one ends those of runs that are gone (a resume after a crash, or any later Ray run).
 
+
 def _record_local_instance() -> Path:
     """Write down this process's Ray processes; end those a killed earlier run left."""
     folder = cache_dir() / "ray-runs"
@@ -121,8 +145,15 @@ def _record_local_instance() -> Path:
     me = os.getpid()
     procs = {pid: proc_start(pid) for pid in descendants(me)}
     record = folder / f"{me}.json"
-    record.write_text(json.dumps({"pid": me, "start": proc_start(me),
-                                  "procs": {str(p): s for p, s in procs.items() if s}}))
+    record.write_text(
+        json.dumps(
+            {
+                "pid": me,
+                "start": proc_start(me),
+                "procs": {str(p): s for p, s in procs.items() if s},
+            }
+        )
+    )
     return record
 
 

@@ -45,34 +45,56 @@ def check_sizes(sizes: str | None, runner: str) -> str:
     return sizes
 
 
-def fitted(reference: str, params: dict, origin: Path, max_bytes: int = FIT_BYTES,
-           max_call_s: float = FIT_CALL_S) -> tuple[dict, str]:
+def fitted(
+    reference: str,
+    params: dict,
+    origin: Path,
+    max_bytes: int = FIT_BYTES,
+    max_call_s: float = FIT_CALL_S,
+) -> tuple[dict, str]:
     """The workload at which the problem fits the CPU (eat.formats.fit, in a child with torch),
     and the lines target.toml's header says of it; BadInput when the problem itself fails."""
     from eat.runners import sandbox
     from eat.runners.base import eat_pythonpath
+
     with tempfile.TemporaryDirectory(prefix="eat-fit-") as tmp:
         (Path(tmp) / "reference.py").write_text(reference)
-        job = {"reference": str(Path(tmp) / "reference.py"), "params": params,
-               "max_bytes": max_bytes, "max_call_s": max_call_s}
-        done = sandbox.run([sys.executable, "-m", "eat.formats.fit"], cwd=Path(tmp),
-                           env=sandbox.clean_env(Path(tmp), {"PYTHONPATH": eat_pythonpath()}),
-                           limits=sandbox.Limits(wall_s=600, cpu_s=600, max_output_chars=20_000),
-                           stdin=json.dumps(job))
+        job = {
+            "reference": str(Path(tmp) / "reference.py"),
+            "params": params,
+            "max_bytes": max_bytes,
+            "max_call_s": max_call_s,
+        }
+        done = sandbox.run(
+            [sys.executable, "-m", "eat.formats.fit"],
+            cwd=Path(tmp),
+            env=sandbox.clean_env(Path(tmp), {"PYTHONPATH": eat_pythonpath()}),
+            limits=sandbox.Limits(wall_s=600, cpu_s=600, max_output_chars=20_000),
+            stdin=json.dumps(job),
+        )
     tag = "EAT-FIT "
-    answer = next((json.loads(line[len(tag):]) for line in done.stdout.splitlines()
-                   if line.startswith(tag)), None)
+    answer = next(
+        (json.loads(line[len(tag) :]) for line in done.stdout.splitlines() if line.startswith(tag)),
+        None,
+    )
     if answer is None or "error" in answer:
-        why = answer["error"] if answer else (done.stderr.strip().splitlines() or
-                                              [f"the sizing child died ({done.returncode})"])[-1]
+        why = (
+            answer["error"]
+            if answer
+            else (
+                done.stderr.strip().splitlines() or [f"the sizing child died ({done.returncode})"]
+            )[-1]
+        )
         raise BadInput(f"{origin}: on the CPU, {why[:400]}")
     new = answer["params"]
     changed = [f"{k} = {params[k]} -> {new[k]}" for k in params if new[k] != params[k]]
-    mb, ms = answer["bytes"] / 2 ** 20, answer["call_s"] * 1e3
-    note = (f"\nSizes fitted to one CPU core (--sizes fit: inputs, outputs and parameters "
-            f"{mb:.0f} MiB, a reference call {ms:.0f} ms): " + ("; ".join(changed) if changed
-                                                               else "the published ones fit") +
-            ".\n`eat import ... --sizes published` keeps the published sizes.")
+    mb, ms = answer["bytes"] / 2**20, answer["call_s"] * 1e3
+    note = (
+        f"\nSizes fitted to one CPU core (--sizes fit: inputs, outputs and parameters "
+        f"{mb:.0f} MiB, a reference call {ms:.0f} ms): "
+        + ("; ".join(changed) if changed else "the published ones fit")
+        + ".\n`eat import ... --sizes published` keeps the published sizes."
+    )
     return new, note
 
 
@@ -129,9 +151,14 @@ def on_cpu(source: str) -> str:
                 continue
             if isinstance(value, str) and re.fullmatch(r"cuda(:\d+)?", value):
                 edits.append((t.start, t.end, '"cpu"'))
-        elif (t.type == tokenize.NAME and t.string == "cuda" and 0 < i < len(toks) - 2
-              and toks[i - 1].string == "." and toks[i + 1].string == "("
-              and toks[i + 2].string == ")"):
+        elif (
+            t.type == tokenize.NAME
+            and t.string == "cuda"
+            and 0 < i < len(toks) - 2
+            and toks[i - 1].string == "."
+            and toks[i + 1].string == "("
+            and toks[i + 2].string == ")"
+        ):
             edits.append((t.start, t.end, "cpu"))
     lines = source.splitlines(keepends=True)
     for (row, c0), (_, c1), text in reversed(edits):  # right to left keeps columns valid
@@ -140,8 +167,14 @@ def on_cpu(source: str) -> str:
     return "".join(lines)
 
 
-def write_target(out: Path, origin: Path, header: str, target: dict, files: dict[str, str],
-                 copies: dict[str, Path] | None = None) -> Path:
+def write_target(
+    out: Path,
+    origin: Path,
+    header: str,
+    target: dict,
+    files: dict[str, str],
+    copies: dict[str, Path] | None = None,
+) -> Path:
     """Write a target folder at `out`: target.toml (`header` comment, then `target`), `files`
     (relative path -> text) and `copies` (relative path -> file to copy).
 
@@ -166,8 +199,9 @@ def write_target(out: Path, origin: Path, header: str, target: dict, files: dict
         try:
             load_target(tmp)
         except TargetError as e:
-            raise BadInput(f"{origin}: the imported target does not load: "
-                           f"{str(e).replace(str(tmp), str(out))}") from None
+            raise BadInput(
+                f"{origin}: the imported target does not load: {str(e).replace(str(tmp), str(out))}"
+            ) from None
         tmp.chmod(0o755)  # mkdtemp's folder is private; a target folder is not
         try:
             os.rename(tmp, out)  # replaces an empty folder, fails on one filled meanwhile

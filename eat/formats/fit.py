@@ -23,6 +23,7 @@ SMALLEST = 16  # a size constant under this (a kernel size, a stride) is never h
 def _tensors(value):
     """The tensors in a nest of lists, tuples and dicts."""
     import torch
+
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (list, tuple)):
@@ -52,6 +53,7 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
     import torch
 
     from eat.runners.inputs import load_py
+
     torch.set_num_threads(1)  # the CPU runner times on one core
     mod = load_py(reference, "reference")
 
@@ -96,8 +98,14 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
     def halved(p: dict) -> dict | None:
         """p with its largest halvable size halved; None when none is left."""
         while True:
-            sizes = [k for k, v in p.items() if isinstance(v, int) and not isinstance(v, bool)
-                     and v >= SMALLEST and k not in fixed]
+            sizes = [
+                k
+                for k, v in p.items()
+                if isinstance(v, int)
+                and not isinstance(v, bool)
+                and v >= SMALLEST
+                and k not in fixed
+            ]
             if not sizes:
                 return None
             k = max(sizes, key=lambda k: (p[k], k))

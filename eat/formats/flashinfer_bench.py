@@ -16,13 +16,29 @@ import json
 from pathlib import Path
 
 from eat.errors import BadInput, read_file
-from eat.formats.common import (check_runner, on_cpu, parse_python, require_free,
-                                safe_name, top_level_names, write_target)
+from eat.formats.common import (
+    check_runner,
+    on_cpu,
+    parse_python,
+    require_free,
+    safe_name,
+    top_level_names,
+    write_target,
+)
 
 # dtype -> (bytes per element, safetensors' name for it).
-DTYPES = {"float32": (4, "F32"), "float16": (2, "F16"), "bfloat16": (2, "BF16"),
-          "float8_e4m3": (1, "F8_E4M3"), "float8_e5m2": (1, "F8_E5M2"), "int64": (8, "I64"),
-          "int32": (4, "I32"), "int16": (2, "I16"), "int8": (1, "I8"), "bool": (1, "BOOL")}
+DTYPES = {
+    "float32": (4, "F32"),
+    "float16": (2, "F16"),
+    "bfloat16": (2, "BF16"),
+    "float8_e4m3": (1, "F8_E4M3"),
+    "float8_e5m2": (1, "F8_E5M2"),
+    "int64": (8, "I64"),
+    "int32": (4, "I32"),
+    "int16": (2, "I16"),
+    "int8": (1, "I8"),
+    "bool": (1, "BOOL"),
+}
 # FlashInfer-Bench's default check.
 TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
 
@@ -142,14 +158,20 @@ def _tensors(d: dict, key: str, axes: dict, path: Path) -> dict[str, tuple[list 
             raise BadInput(f"{path}: {key}.{name}: not a {{shape, dtype}} mapping")
         shape, dtype = spec.get("shape"), spec["dtype"]
         if dtype not in DTYPES:
-            raise BadInput(f"{path}: {key}.{name}.dtype: {dtype!r} is not supported "
-                           f"(one of {', '.join(DTYPES)})")
-        if shape is not None and (not isinstance(shape, list) or
-                                  any(not isinstance(a, str) or a not in axes for a in shape)):
+            raise BadInput(
+                f"{path}: {key}.{name}.dtype: {dtype!r} is not supported "
+                f"(one of {', '.join(DTYPES)})"
+            )
+        if shape is not None and (
+            not isinstance(shape, list)
+            or any(not isinstance(a, str) or a not in axes for a in shape)
+        ):
             raise BadInput(f"{path}: {key}.{name}.shape: not a list of the definition's axes")
         # const axes become their values here; var axes stay names, bound per workload
-        out[name] = (None if shape is None else [axes[a] if axes[a] is not None else a
-                                                 for a in shape], dtype)
+        out[name] = (
+            None if shape is None else [axes[a] if axes[a] is not None else a for a in shape],
+            dtype,
+        )
     return out
 
 
@@ -208,8 +230,9 @@ def _safetensors_header(file: Path, where: str) -> dict:
     return header
 
 
-def _workloads(path: Path, definition: str, axes: dict, inputs: dict
-               ) -> tuple[list[dict], list[dict], dict[str, Path]]:
+def _workloads(
+    path: Path, definition: str, axes: dict, inputs: dict
+) -> tuple[list[dict], list[dict], dict[str, Path]]:
     """(workloads, fixed inputs by index, data files to copy: target path -> file)."""
     var = [a for a, v in axes.items() if v is None]
     workloads: list[dict] = []
@@ -229,15 +252,25 @@ def _workloads(path: Path, definition: str, axes: dict, inputs: dict
         if entry.get("definition", definition) != definition:
             raise BadInput(f"{where}: a workload of {entry['definition']!r}, not {definition!r}")
         w = entry.get("workload", entry)  # a trace line wraps the workload; a bare one is it
-        if not isinstance(w, dict) or not isinstance(w.get("axes", {}), dict) \
-                or not isinstance(w.get("inputs", {}), dict):
+        if (
+            not isinstance(w, dict)
+            or not isinstance(w.get("axes", {}), dict)
+            or not isinstance(w.get("inputs", {}), dict)
+        ):
             raise BadInput(f"{where}: want a workload with axes and inputs mappings")
         params = {}
         for a, value in w.get("axes", {}).items():
-            if a not in axes or not isinstance(value, int) or isinstance(value, bool) \
-                    or value < 0 or axes[a] not in (None, value):
-                raise BadInput(f"{where}: axes.{a}: not a var axis of {definition} with a "
-                               "non-negative integer value")
+            if (
+                a not in axes
+                or not isinstance(value, int)
+                or isinstance(value, bool)
+                or value < 0
+                or axes[a] not in (None, value)
+            ):
+                raise BadInput(
+                    f"{where}: axes.{a}: not a var axis of {definition} with a "
+                    "non-negative integer value"
+                )
             if axes[a] is None:
                 params[a] = value
         missing = [a for a in var if a not in params]
@@ -249,10 +282,13 @@ def _workloads(path: Path, definition: str, axes: dict, inputs: dict
             if name not in inputs:
                 raise BadInput(f"{where}: inputs.{name}: not an input of {definition}")
             if kind == "scalar":
-                if inputs[name][0] is not None or not isinstance(spec.get("value"),
-                                                                 (int, float, bool)):
-                    raise BadInput(f"{where}: inputs.{name}: a scalar needs a number value "
-                                   "and an input of shape null")
+                if inputs[name][0] is not None or not isinstance(
+                    spec.get("value"), (int, float, bool)
+                ):
+                    raise BadInput(
+                        f"{where}: inputs.{name}: a scalar needs a number value "
+                        "and an input of shape null"
+                    )
                 fix[name] = {"value": spec["value"]}
             elif kind == "safetensors":
                 fix[name] = _stored(spec, name, inputs[name], axes | params, path, where, data)
@@ -269,26 +305,46 @@ def _workloads(path: Path, definition: str, axes: dict, inputs: dict
     return workloads, fixed, data
 
 
-def _stored(spec: dict, name: str, tensor: tuple, sizes: dict, jsonl: Path, where: str,
-            data: dict[str, Path]) -> dict:
+def _stored(
+    spec: dict,
+    name: str,
+    tensor: tuple,
+    sizes: dict,
+    jsonl: Path,
+    where: str,
+    data: dict[str, Path],
+) -> dict:
     """Find and check a safetensors input; returns its entry in the fixed-inputs table."""
     if not _has_safetensors():
-        raise BadInput(f"{where}: inputs.{name} is stored in safetensors: install the "
-                       "safetensors package to import it")
+        raise BadInput(
+            f"{where}: inputs.{name} is stored in safetensors: install the "
+            "safetensors package to import it"
+        )
     rel, key = spec.get("path"), spec.get("tensor_key")
     if not isinstance(rel, str) or not rel or not isinstance(key, str) or not key:
         raise BadInput(f"{where}: inputs.{name}: a safetensors input needs path and tensor_key")
     # Paths are relative to the trace set's root: the workloads file's folder or one above it.
-    found = next((base / rel for base in [jsonl.parent, *jsonl.resolve().parent.parents]
-                  if (base / rel).is_file()), None)
+    found = next(
+        (
+            base / rel
+            for base in [jsonl.parent, *jsonl.resolve().parent.parents]
+            if (base / rel).is_file()
+        ),
+        None,
+    )
     if found is None:
-        raise BadInput(f"{where}: inputs.{name}: {rel} not found in the workloads file's "
-                       "folder or any folder above it")
+        raise BadInput(
+            f"{where}: inputs.{name}: {rel} not found in the workloads file's "
+            "folder or any folder above it"
+        )
     header = _safetensors_header(found, where).get(key)
     shape, dtype = tensor
     want = [sizes.get(d, d) for d in shape or []]
-    if not isinstance(header, dict) or header.get("dtype") != DTYPES[dtype][1] \
-            or header.get("shape") != want:
+    if (
+        not isinstance(header, dict)
+        or header.get("dtype") != DTYPES[dtype][1]
+        or header.get("shape") != want
+    ):
         raise BadInput(f"{where}: inputs.{name}: {found} has no tensor {key!r} of {dtype}{want}")
     dest = next((d for d, f in data.items() if f.resolve() == found.resolve()), None)
     if dest is None:
@@ -299,13 +355,17 @@ def _stored(spec: dict, name: str, tensor: tuple, sizes: dict, jsonl: Path, wher
 
 def _bytes(inputs: dict, outputs: dict) -> dict:
     """The `bytes` formula: each tensor read or written once, the least a call moves."""
-    terms = [f"{DTYPES[dtype][0]}" + "".join(f"*{d}" for d in shape)
-             for shape, dtype in [*inputs.values(), *outputs.values()] if shape is not None]
+    terms = [
+        f"{DTYPES[dtype][0]}" + "".join(f"*{d}" for d in shape)
+        for shape, dtype in [*inputs.values(), *outputs.values()]
+        if shape is not None
+    ]
     return {"bytes": " + ".join(terms)} if terms else {}
 
 
-def import_flashinfer(src: Path, workloads: Path | None = None, out: Path | None = None,
-                      runner: str = "cuda") -> Path:
+def import_flashinfer(
+    src: Path, workloads: Path | None = None, out: Path | None = None, runner: str = "cuda"
+) -> Path:
     """Write a target folder for the definition `src` and its workloads JSONL."""
     check_runner(runner)
     src = Path(src)
@@ -320,31 +380,36 @@ def import_flashinfer(src: Path, workloads: Path | None = None, out: Path | None
 
     if runner == "cpu":
         source = on_cpu(source)
-    write = source.rstrip() + "\n" + _WRITE.format(n_inputs=len(inputs),
-                                                   outputs=tuple(outputs))
-    reference = write + _REFERENCE.format(inputs=_literal(inputs), outputs=_literal(outputs),
-                                           fixed=_literal(fixed))
+    write = source.rstrip() + "\n" + _WRITE.format(n_inputs=len(inputs), outputs=tuple(outputs))
+    reference = write + _REFERENCE.format(
+        inputs=_literal(inputs), outputs=_literal(outputs), fixed=_literal(fixed)
+    )
     baseline = write + _BASELINE_RUN
     name = safe_name(d["name"])
     description = str(d.get("description") or "").strip()
     args = ", ".join([*inputs, *outputs])
     target = {
         "name": name,
-        "description": (description + "\n\n" if description else "") +
-        f"FlashInfer-Bench definition {d['name']}" +
-        (f" ({d['op_type']})" if isinstance(d.get("op_type"), str) else "") +
-        f": write run({args}) in destination-passing style, filling "
+        "description": (description + "\n\n" if description else "")
+        + f"FlashInfer-Bench definition {d['name']}"
+        + (f" ({d['op_type']})" if isinstance(d.get("op_type"), str) else "")
+        + f": write run({args}) in destination-passing style, filling "
         f"{', '.join(outputs)} as the reference's run returns them.",
         "runner": runner,
         "language": "pytorch",
         **_bytes(inputs, outputs),
         "entry": {"name": "run", "kind": "function"},
-        "reference": {"file": "reference.py", "function": "eat_reference",
-                      "inputs": "eat_inputs"},
+        "reference": {"file": "reference.py", "function": "eat_reference", "inputs": "eat_inputs"},
         "baseline": {"file": "baseline.py"},
         "workloads": params,
         "tolerance": TOLERANCE,
     }
     header = _HEADER.format(src=src, args=args, outs=", ".join(outputs))
-    return write_target(out or Path.cwd() / name, src, header, target,
-                        {"reference.py": reference, "baseline.py": baseline}, data)
+    return write_target(
+        out or Path.cwd() / name,
+        src,
+        header,
+        target,
+        {"reference.py": reference, "baseline.py": baseline},
+        data,
+    )

@@ -17,8 +17,14 @@ from pathlib import Path
 import yaml
 
 from eat.errors import BadInput, read_file
-from eat.formats.common import (check_runner, on_cpu, parse_python, safe_name,
-                                top_level_names, write_target)
+from eat.formats.common import (
+    check_runner,
+    on_cpu,
+    parse_python,
+    safe_name,
+    top_level_names,
+    write_target,
+)
 
 # Files the importer writes next to the task's own.
 _OURS = ("target.toml", "eat_reference.py", "baseline.py")
@@ -83,8 +89,11 @@ def _workloads(cases: list, yml: Path, key: str) -> tuple[list[dict], list[dict]
         if not isinstance(case, dict):
             raise BadInput(f"{yml}: {key}[{i}]: not a mapping of generate_input arguments")
         params = {k: v for k, v in case.items() if k != "seed"}  # the harness gives the seed
-        numbers = {k: v for k, v in params.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = {
+            k: v
+            for k, v in params.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         others = {k: v for k, v in params.items() if k not in numbers}
         if others:
             if others not in extras:
@@ -124,8 +133,9 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
     if not isinstance(spec, dict):
         raise BadInput(f"{yml}: not a mapping of task settings")
     if spec.get("lang") != "py":
-        raise BadInput(f"{yml}: lang: {spec.get('lang')!r}: only Python tasks (lang: py) "
-                       "can be imported")
+        raise BadInput(
+            f"{yml}: lang: {spec.get('lang')!r}: only Python tasks (lang: py) can be imported"
+        )
 
     config = spec.get("config")
     main = config.get("main") if isinstance(config, dict) else None
@@ -134,8 +144,11 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
     if not isinstance(files, list) or not files:
         raise BadInput(f"{yml}: files: missing or not a list of {{name, source}}")
     for i, f in enumerate(files):
-        if not isinstance(f, dict) or not isinstance(f.get("name"), str) \
-                or not isinstance(f.get("source"), str):
+        if (
+            not isinstance(f, dict)
+            or not isinstance(f.get("name"), str)
+            or not isinstance(f.get("source"), str)
+        ):
             raise BadInput(f"{yml}: files[{i}]: not a {{name, source}} mapping")
         # The submission slot is the candidate's; the task's own evaluator is not needed.
         if f["source"] == "@SUBMISSION@" or f["name"] == main:
@@ -181,8 +194,9 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
     description = str(spec.get("description") or "").strip()
     target = {
         "name": name,
-        "description": (description + "\n\n" if description else "") +
-        f"GPU MODE task {name}: write custom_kernel(data), faster than ref_kernel and matching it.",
+        "description": (description + "\n\n" if description else "")
+        + f"GPU MODE task {name}: write custom_kernel(data), faster than ref_kernel and "
+        "matching it.",
         "runner": runner,
         "language": "pytorch",
         "entry": {"name": "custom_kernel", "kind": "function"},
@@ -191,8 +205,8 @@ def import_gpumode(src: Path, out: Path | None = None, runner: str = "cuda") -> 
         "workloads": workloads,
         "tolerance": _tolerance(ref_tree),
     }
-    files = sources | {"eat_reference.py": _REFERENCE.format(name=name, modules=modules,
-                                                             cases=extras),
-                       "baseline.py": baseline}
-    return write_target(out or Path.cwd() / name, yml, _HEADER.format(src=task_dir), target,
-                        files)
+    files = sources | {
+        "eat_reference.py": _REFERENCE.format(name=name, modules=modules, cases=extras),
+        "baseline.py": baseline,
+    }
+    return write_target(out or Path.cwd() / name, yml, _HEADER.format(src=task_dir), target, files)

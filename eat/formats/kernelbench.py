@@ -13,8 +13,17 @@ import ast
 from pathlib import Path
 
 from eat.errors import BadInput, read_file
-from eat.formats.common import (check_runner, check_sizes, fitted, on_cpu, parse_python,
-                                require_free, safe_name, top_level_names, write_target)
+from eat.formats.common import (
+    check_runner,
+    check_sizes,
+    fitted,
+    on_cpu,
+    parse_python,
+    require_free,
+    safe_name,
+    top_level_names,
+    write_target,
+)
 from eat.target import eval_expr
 
 # KernelBench's own check: torch.allclose(atol=1e-2, rtol=1e-2).
@@ -86,8 +95,12 @@ def _constant(node: ast.expr):
 def _elements(node: ast.stmt, names: dict) -> list | None:
     """The numbers of `name = (n0, n1, ...)`, a tuple of int/float constants bound to one name
     whose element names (name_0, ...) the module does not use; else None."""
-    if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Tuple)):
+    if not (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Tuple)
+    ):
         return None
     items = [_constant(e) for e in node.value.elts]
     name = node.targets[0].id
@@ -96,8 +109,9 @@ def _elements(node: ast.stmt, names: dict) -> list | None:
     return items
 
 
-def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda",
-                       sizes: str | None = None) -> Path:
+def import_kernelbench(
+    src: Path, out: Path | None = None, runner: str = "cuda", sizes: str | None = None
+) -> Path:
     """Write a target folder for the KernelBench problem file `src`; returns the folder.
     `sizes`: "published" keeps the problem's sizes, "fit" (the CPU's default) scales them to
     what one core holds and runs in well under a second (eat.formats.fit)."""
@@ -144,25 +158,32 @@ def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda",
 
     source = source.rstrip() + "\n"
     reference = source + _ADDED.format(
-        params=tuple(params), assignments="".join(f"    {a!r},\n" for a in assignments))
+        params=tuple(params), assignments="".join(f"    {a!r},\n" for a in assignments)
+    )
     header = _HEADER.format(src=src.name)
     if sizes == "fit":
         params, note = fitted(reference, params, src)
         header += note
-    baseline = source + "\n\n# The baseline is the problem's own Model (added by eat import).\n" \
-                        "ModelNew = Model\n"
+    baseline = (
+        source + "\n\n# The baseline is the problem's own Model (added by eat import).\n"
+        "ModelNew = Model\n"
+    )
     name = safe_name(src.stem)
     doc = ast.get_docstring(names["Model"]) or ""
     target = {
         "name": name,
-        "description": (doc.strip() + "\n\n" if doc.strip() else "") +
-        f"KernelBench problem {src.name}: write class ModelNew(nn.Module), a faster Model with "
+        "description": (doc.strip() + "\n\n" if doc.strip() else "")
+        + f"KernelBench problem {src.name}: write class ModelNew(nn.Module), a faster Model with "
         "the same constructor arguments, parameters and forward.",
         "runner": runner,
         "language": "pytorch",
         "entry": {"name": "ModelNew", "kind": "module"},
-        "reference": {"file": "reference.py", "function": "Model", "inputs": "inputs",
-                      "init_inputs": "init_inputs"},
+        "reference": {
+            "file": "reference.py",
+            "function": "Model",
+            "inputs": "inputs",
+            "init_inputs": "init_inputs",
+        },
         "baseline": {"file": "baseline.py"},
         "workloads": [params],
         "tolerance": TOLERANCE,
@@ -170,5 +191,10 @@ def import_kernelbench(src: Path, out: Path | None = None, runner: str = "cuda",
         # runs a compiler in child processes: the seccomp filter would refuse it.
         "evaluation": {"allow_processes": True},
     }
-    return write_target(out or Path.cwd() / name, src, header, target,
-                        {"reference.py": reference, "baseline.py": baseline})
+    return write_target(
+        out or Path.cwd() / name,
+        src,
+        header,
+        target,
+        {"reference.py": reference, "baseline.py": baseline},
+    )

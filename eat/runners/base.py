@@ -1,8 +1,8 @@
 """The runner protocol and the Evaluation it returns.
 
 A runner builds, verifies and times one candidate source against a target, and never sees the
-workspace. `runner_for(target)` (or `get_runner(name, language)`) is how the rest of eat finds
-one.
+workspace. This is the contract every runner's module imports; the registry (`runner_for`,
+`get_runner`) is the package's, `eat.runners`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 import eat
-from eat.errors import BadInput, EatError
+from eat.errors import EatError
 from eat.runners.sandbox import Completed
-from eat.target import LANGUAGES, NATIVE, EvalConfig, Target, geomean
+from eat.target import EvalConfig, Target, geomean
 
 Status = Literal["ok", "compile_error", "incorrect", "timeout", "crash", "rejected"]
 STATUSES: tuple[str, ...] = Status.__args__
@@ -43,7 +43,8 @@ class WorkloadResult(BaseModel):
     gflops: float | None = Field(None, description="Candidate GFLOP/s, where the target has flops.")
     gbps: float | None = Field(None, description="Candidate GB/s, where the target has bytes.")
     peak_fraction: float | None = Field(
-        None, description="Candidate throughput / this machine's measured peak (eat doctor).")
+        None, description="Candidate throughput / this machine's measured peak (eat doctor)."
+    )
     vendor_gflops: float | None = None
     vendor_gbps: float | None = None
 
@@ -51,8 +52,11 @@ class WorkloadResult(BaseModel):
         """One line for people and prompts: times, throughput, fraction of peak."""
         ms = lambda s: f"{s.median_s * 1e3:.3f} ms"  # noqa: E731
         parts = [" ".join(f"{k}={v}" for k, v in self.params.items()) + ": " + ms(self.candidate)]
-        others = [f"{name} {ms(s)}" for name, s in (("baseline", self.baseline),
-                                                    ("vendor", self.vendor)) if s]
+        others = [
+            f"{name} {ms(s)}"
+            for name, s in (("baseline", self.baseline), ("vendor", self.vendor))
+            if s
+        ]
         if others:
             parts[0] += f" ({', '.join(others)})"
         if self.gflops:
@@ -72,18 +76,24 @@ class Evaluation(BaseModel):
 
     status: Status
     speedup: float | None = Field(
-        None, description="Geometric mean over workloads of baseline / candidate latency.")
+        None, description="Geometric mean over workloads of baseline / candidate latency."
+    )
     message: str = Field("", description="One line: why this status.")
     target: str = ""
     runner: str = ""
     device: str = ""
-    arch: str | None = Field(None, description="The architecture the candidate was built for "
-                             "(a GPU's, e.g. sm_90a); None where the build has no target arch.")
+    arch: str | None = Field(
+        None,
+        description="The architecture the candidate was built for "
+        "(a GPU's, e.g. sm_90a); None where the build has no target arch.",
+    )
     vendor: str | None = Field(None, description="Name of the vendor library timed alongside.")
     vendor_speedup: float | None = Field(
-        None, description="Geometric mean of baseline / vendor latency.")
+        None, description="Geometric mean of baseline / vendor latency."
+    )
     vs_vendor: float | None = Field(
-        None, description="Geometric mean of vendor / candidate latency (>1: faster than it).")
+        None, description="Geometric mean of vendor / candidate latency (>1: faster than it)."
+    )
     workloads: list[WorkloadResult] = []
     detail: dict = Field({}, description="Status-specific facts, e.g. the first mismatch.")
     compile_log: str = ""
@@ -138,8 +148,9 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
             row.gbps = nbytes / cand.median_s / 1e9
             row.vendor_gbps = vend and nbytes / vend.median_s / 1e9
         if peaks:
-            fractions = [v / p for v, p in ((row.gflops, peaks.gflops), (row.gbps, peaks.gbps))
-                         if v and p]
+            fractions = [
+                v / p for v, p in ((row.gflops, peaks.gflops), (row.gbps, peaks.gbps)) if v and p
+            ]
             row.peak_fraction = max(fractions) if fractions else None
         rows.append(row)
     out: dict = {"workloads": rows}
@@ -148,8 +159,7 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
     if all(r.vendor for r in rows):
         out["vs_vendor"] = geomean([r.vendor.median_s / r.candidate.median_s for r in rows])
         if all(r.baseline for r in rows):
-            out["vendor_speedup"] = geomean([r.baseline.median_s / r.vendor.median_s
-                                             for r in rows])
+            out["vendor_speedup"] = geomean([r.baseline.median_s / r.vendor.median_s for r in rows])
     return out
 
 
@@ -158,22 +168,29 @@ def read_result(job: dict, run: Completed, cfg: EvalConfig) -> dict:
     tag = f"EAT-RESULT {job['nonce']} "
     for line in run.stdout.splitlines():
         if line.startswith(tag):
-            res = json.loads(line[len(tag):])
+            res = json.loads(line[len(tag) :])
             if res["status"] == "harness_error" and res.get("detail", {}).get("set_changed"):
                 raise SetsChanged(f"target {job['entry']}: {res['message'].strip()}")
             if res["status"] == "harness_error":
-                raise HarnessError(f"target {job['entry']}: the harness failed before "
-                                   f"loading the candidate: {res['message'].strip()}")
+                raise HarnessError(
+                    f"target {job['entry']}: the harness failed before "
+                    f"loading the candidate: {res['message'].strip()}"
+                )
             return res
     if run.timed_out:
-        return {"status": "timeout", "message": f"killed after the {cfg.timeout_s:g} s "
-                f"wall-clock limit ({job['mode']})"}
+        return {
+            "status": "timeout",
+            "message": f"killed after the {cfg.timeout_s:g} s wall-clock limit ({job['mode']})",
+        }
     # SIGXCPU at the soft CPU limit; SIGKILL at the hard one when SIGXCPU was caught.
     if run.signal_name in ("SIGXCPU", "SIGKILL"):
-        return {"status": "timeout", "message": f"exceeded the {cfg.cpu_s} s CPU-time "
-                f"limit ({job['mode']})"}
-    why = f"killed by {run.signal_name}" if run.signal_name else \
-        f"exited with code {run.returncode}"
+        return {
+            "status": "timeout",
+            "message": f"exceeded the {cfg.cpu_s} s CPU-time limit ({job['mode']})",
+        }
+    why = (
+        f"killed by {run.signal_name}" if run.signal_name else f"exited with code {run.returncode}"
+    )
     tail = run.stderr.strip().splitlines()[-1:] or [""]
     return {"status": "crash", "message": f"{why} during {job['mode']} {tail[0][:200]}".strip()}
 
@@ -192,33 +209,12 @@ class Runner(Protocol):
     def unavailable(self, target: Target | None = None) -> str | None:
         """Why this runner cannot run `target` (or anything) here, in one line; None if it can."""
 
-    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
-                 workdir: Path | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        target: Target,
+        source: str,
+        *,
+        config: EvalConfig | None = None,
+        workdir: Path | None = None,
+    ) -> Evaluation:
         """Build, verify and time `source`; any candidate misbehaviour becomes a status."""
-
-
-def get_runner(name: str, language: str | None = None, **kwargs) -> Runner:
-    """The runner `name` for candidates in `language` (default: its native language).
-
-    Imports lazily: a GPU runner's module may need packages only GPU machines have.
-    """
-    languages = LANGUAGES.get(name)
-    if languages is None:
-        raise BadInput(f"runner {name!r} is not available in this version of eat")
-    language = language or languages[0]
-    if language not in languages:
-        raise BadInput(f"runner {name!r} does not take {language!r} candidates "
-                       f"(one of: {', '.join(languages)})")
-    if language == "c":
-        from eat.runners.cpu import CpuRunner
-        return CpuRunner(**kwargs)
-    if language in NATIVE:
-        from eat.runners.gpu import GpuRunner
-        return GpuRunner(name, **kwargs)
-    from eat.runners.python import PythonRunner
-    return PythonRunner(name, language, **kwargs)
-
-
-def runner_for(target: Target, **kwargs) -> Runner:
-    """The runner that judges `target`'s candidates."""
-    return get_runner(target.runner, target.language, **kwargs)

@@ -25,8 +25,7 @@ class CpuRunner(NativeRunner):
     harness_module = "eat.runners.harness"
     lock_name = "cpu"
 
-    def __init__(self, peaks: Peaks | None = None, cpu: int | None = None,
-                 lock_down: bool = True):
+    def __init__(self, peaks: Peaks | None = None, cpu: int | None = None, lock_down: bool = True):
         self.peaks = peaks
         allowed = sorted(os.sched_getaffinity(0))
         self.cpu = allowed[-1] if cpu is None else cpu
@@ -46,16 +45,29 @@ class CpuRunner(NativeRunner):
         return candidate_cflags(source, default, CC_FLAG_OK, CC_FLAG_DENY)
 
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
-        return [target.build.compiler_for("cpu"), "-shared", "-fPIC", "-std=gnu11", *flags,
-                "-o", str(src.with_suffix(".so")), str(src), "-lm"]
+        return [
+            target.build.compiler_for("cpu"),
+            "-shared",
+            "-fPIC",
+            "-std=gnu11",
+            *flags,
+            "-o",
+            str(src.with_suffix(".so")),
+            str(src),
+            "-lm",
+        ]
 
     def child_env(self) -> dict[str, str]:
         return {}  # cc and the harness need nothing beyond sandbox.clean_env's allow-list
 
     def harness_limits(self, cfg: EvalConfig) -> sandbox.Limits:
         # On the CPU everything the candidate maps is its own: the address space is the cap.
-        return sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
-                              address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
+        return sandbox.Limits(
+            wall_s=cfg.timeout_s,
+            cpu_s=cfg.cpu_s,
+            address_space_bytes=cfg.memory_mb << 20,
+            max_output_chars=64_000,
+        )
 
     def job_extra(self, mode: str) -> dict:
         extra = {"flush_bytes": 2 * _llc_bytes()}

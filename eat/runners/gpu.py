@@ -50,15 +50,23 @@ from eat.target import Build, EvalConfig, Target
 _SUFFIX = {"cuda": ".cu", "rocm": ".hip"}
 _VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 # What the toolchains and runtimes read from the environment; sandbox.clean_env drops the rest.
-_PASS_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH",
-             "HIP_PLATFORM", "ROCR_VISIBLE_DEVICES")
+_PASS_ENV = (
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "ROCM_PATH",
+    "HIP_PATH",
+    "HIP_PLATFORM",
+    "ROCR_VISIBLE_DEVICES",
+)
 _NVCC_OK = re.compile(
     r"-O[0-3]|-D[A-Za-z_]\w*(=[\w.+-]*)?|-U[A-Za-z_]\w*|-std=c\+\+(11|14|17|20)|-w"
     r"|--?use_fast_math|--?lineinfo|--?maxrregcount=\d+|--?restrict|--extra-device-vectorization"
     r"|--?(ftz|prec-div|prec-sqrt|fmad)=(true|false)"
     r"|--expt-relaxed-constexpr|--expt-extended-lambda|--extended-lambda"
     r"|-Xptxas=(-v|-O[0-3]|--warn-on-spills)(,(-v|-O[0-3]|--warn-on-spills))*"
-    r"|-Xcompiler=(-O[0-3]|-march=native|-ffast-math)")
+    r"|-Xcompiler=(-O[0-3]|-march=native|-ffast-math)"
+)
 # hipcc is clang: the C compiler's allow-list (and deny-list), with C++ standards.
 _HIPCC_OK = re.compile(CC_FLAG_OK.pattern + r"|-std=(c|gnu)\+\+\w+")
 _PROBE_S = 60.0
@@ -70,8 +78,14 @@ class GpuRunner(NativeRunner):
 
     harness_module = "eat.runners.gpu_harness"
 
-    def __init__(self, name: str, peaks: Peaks | None = None, device: int = 0,
-                 lock_down: bool = True, runtime: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        peaks: Peaks | None = None,
+        device: int = 0,
+        lock_down: bool = True,
+        runtime: str | None = None,
+    ):
         if name not in _SUFFIX:
             raise BadInput(f"the GPU runner runs cuda or rocm, not {name!r}")
         self.name, self.peaks, self.index, self.lock_down = name, peaks, device, lock_down
@@ -84,8 +98,9 @@ class GpuRunner(NativeRunner):
 
     def _device_env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
-        visible = [x.strip() for x in os.environ.get(_VISIBLE[self.name], "").split(",")
-                   if x.strip()]
+        visible = [
+            x.strip() for x in os.environ.get(_VISIBLE[self.name], "").split(",") if x.strip()
+        ]
         if visible:  # our index counts among the GPUs the user left visible; -1: none
             env[_VISIBLE[self.name]] = visible[self.index] if self.index < len(visible) else "-1"
         else:
@@ -124,8 +139,11 @@ class GpuRunner(NativeRunner):
         info = self._info()
         if self.name == "cuda":
             cc, compiler = info.get("compute_capability"), compiler or "nvcc"
-            return cc and cuda_arch(*cc, accepts=lambda arch: nvcc_accepts(compiler, arch),
-                                    known=lambda: nvcc_virtual_archs(compiler))
+            return cc and cuda_arch(
+                *cc,
+                accepts=lambda arch: nvcc_accepts(compiler, arch),
+                known=lambda: nvcc_virtual_archs(compiler),
+            )
         gcn = info.get("gcn_arch")
         return gcn and gcn.split(":")[0]  # feature flags left out: code for either xnack mode
 
@@ -135,8 +153,19 @@ class GpuRunner(NativeRunner):
         if self.name == "cuda":
             # -cudart shared: the candidate uses the runtime the harness loaded, not a static
             # copy of its own with separate state.
-            return [cc, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", f"-arch={arch}",
-                    *flags, "-o", out, str(src)]
+            return [
+                cc,
+                "-shared",
+                "-Xcompiler",
+                "-fPIC",
+                "-cudart",
+                "shared",
+                f"-arch={arch}",
+                *flags,
+                "-o",
+                out,
+                str(src),
+            ]
         return [cc, "-shared", "-fPIC", f"--offload-arch={arch}", *flags, "-o", out, str(src)]
 
     def child_env(self) -> dict[str, str]:
@@ -145,26 +174,44 @@ class GpuRunner(NativeRunner):
         return self._device_env() | ({gpurt.ENV: library} if library else {})
 
     def harness_limits(self, cfg: EvalConfig) -> sandbox.Limits:
-        return sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s, address_space_bytes=None,
-                              data_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
+        return sandbox.Limits(
+            wall_s=cfg.timeout_s,
+            cpu_s=cfg.cpu_s,
+            address_space_bytes=None,
+            data_bytes=cfg.memory_mb << 20,
+            max_output_chars=64_000,
+        )
 
     def support_libs(self, target: Target, cfg: EvalConfig) -> dict:
         # The harness's device-side checks (device_check.cu), for this device's arch.
         flags = ["-O3", "-fmad=false"] if self.name == "cuda" else ["-O3", "-ffp-contract=off"]
-        return {"check_lib": str(self._kept_lib(
-            target, cfg, f"device-check-{self.name}", _CHECK_SOURCE.read_text(), flags,
-            "eat's device checks (device_check.cu) do not build"))}
+        return {
+            "check_lib": str(
+                self._kept_lib(
+                    target,
+                    cfg,
+                    f"device-check-{self.name}",
+                    _CHECK_SOURCE.read_text(),
+                    flags,
+                    "eat's device checks (device_check.cu) do not build",
+                )
+            )
+        }
 
     def job_extra(self, mode: str) -> dict:
         info = self._info()
         if "reason" in info:  # reached only past compiling: nothing ran on a device yet
             raise RunnerUnavailable(f"the {self.name} runner cannot run here: {info['reason']}")
-        return {"kind": self.name, "runtime": info["library"],
-                "flush_bytes": 2 * (info["l2_bytes"] or 64 << 20)}
+        return {
+            "kind": self.name,
+            "runtime": info["library"],
+            "flush_bytes": 2 * (info["l2_bytes"] or 64 << 20),
+        }
 
 
-def cuda_arch(major: int, minor: int, accepts: Callable[[str], bool],
-              known: Callable[[], list[int]]) -> str:
+def cuda_arch(
+    major: int, minor: int, accepts: Callable[[str], bool], known: Callable[[], list[int]]
+) -> str:
     """nvcc's -arch for a device of compute capability major.minor: `sm_XYa` from 9.0 on where
     `accepts` it, else `sm_XY`; for a device newer than the compiler, `compute_N` of the newest
     virtual arch it knows (`known()`: the N of its compute_N) at or below the device's; else
@@ -182,8 +229,12 @@ def nvcc_accepts(compiler: str, arch: str) -> bool:
     """Whether this nvcc builds for `arch` (a dry run: it checks the arch, compiles nothing)."""
     with tempfile.TemporaryDirectory(prefix="eat-arch-") as tmp:
         try:
-            done = subprocess.run([compiler, "--dryrun", f"-arch={arch}", "-c", "probe.cu",
-                                   "-o", "probe.o"], cwd=tmp, capture_output=True, timeout=60)
+            done = subprocess.run(
+                [compiler, "--dryrun", f"-arch={arch}", "-c", "probe.cu", "-o", "probe.o"],
+                cwd=tmp,
+                capture_output=True,
+                timeout=60,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
     return done.returncode == 0
@@ -193,12 +244,16 @@ def nvcc_accepts(compiler: str, arch: str) -> bool:
 def nvcc_virtual_archs(compiler: str) -> list[int]:
     """The N of every compute_N `nvcc --list-gpu-arch` names (none if it cannot say)."""
     try:
-        done = subprocess.run([compiler, "--list-gpu-arch"], capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            [compiler, "--list-gpu-arch"], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [int(n) for n in re.findall(r"\bcompute_(\d+)\b", done.stdout)] \
-        if done.returncode == 0 else []
+    return (
+        [int(n) for n in re.findall(r"\bcompute_(\d+)\b", done.stdout)]
+        if done.returncode == 0
+        else []
+    )
 
 
 @lru_cache(maxsize=16)
@@ -210,17 +265,26 @@ def probe(kind: str, runtime: str | None, env: tuple[tuple[str, str], ...]) -> d
     """
     with tempfile.TemporaryDirectory(prefix="eat-gpu-probe-") as tmp:
         cmd = [sys.executable, "-m", "eat.runners.gpurt", kind] + ([runtime] if runtime else [])
-        limits = sandbox.Limits(wall_s=_PROBE_S, cpu_s=int(_PROBE_S), address_space_bytes=None,
-                                data_bytes=EvalConfig().memory_mb << 20)
-        run = sandbox.run(cmd, cwd=Path(tmp), limits=limits, env=sandbox.clean_env(
-            Path(tmp), dict(env) | {"PYTHONPATH": eat_pythonpath()}))
+        limits = sandbox.Limits(
+            wall_s=_PROBE_S,
+            cpu_s=int(_PROBE_S),
+            address_space_bytes=None,
+            data_bytes=EvalConfig().memory_mb << 20,
+        )
+        run = sandbox.run(
+            cmd,
+            cwd=Path(tmp),
+            limits=limits,
+            env=sandbox.clean_env(Path(tmp), dict(env) | {"PYTHONPATH": eat_pythonpath()}),
+        )
     for line in run.stdout.splitlines():
         if line.startswith(gpurt.PROBE_TAG):
-            return json.loads(line[len(gpurt.PROBE_TAG):])
+            return json.loads(line[len(gpurt.PROBE_TAG) :])
     api = gpurt.API[kind]
     if run.timed_out:
-        return {"reason": f"the {api} runtime did not answer within {_PROBE_S:g} s "
-                          "(a hung driver?)"}
+        return {
+            "reason": f"the {api} runtime did not answer within {_PROBE_S:g} s (a hung driver?)"
+        }
     how = f"killed by {run.signal_name}" if run.signal_name else f"exit code {run.returncode}"
     tail = (run.stderr.strip().splitlines() or [""])[-1][:200]
     return {"reason": f"the {api} runtime probe failed ({how}) {tail}".strip()}

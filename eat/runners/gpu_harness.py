@@ -32,8 +32,16 @@ import time
 import numpy as np
 
 from eat.runners.gpurt import GpuError, Runtime
-from eat.runners.harness import (Outcome, Workload, _bind, call_args, load_vendor, serve,
-                                 time_native, verify)
+from eat.runners.harness import (
+    Outcome,
+    Workload,
+    bind_entry,
+    call_args,
+    load_vendor,
+    serve,
+    time_native,
+    verify,
+)
 from eat.runners.inputs import generates, load_py
 from eat.runners.verify import poison_byte
 
@@ -46,8 +54,13 @@ class DeviceArray:
 
     def __init__(self, ptr: int, host: np.ndarray):
         self.ptr, self.shape, self.dtype = ptr, host.shape, host.dtype
-        self.__cuda_array_interface__ = {"shape": host.shape, "typestr": host.dtype.str,
-                                         "data": (ptr, False), "strides": None, "version": 3}
+        self.__cuda_array_interface__ = {
+            "shape": host.shape,
+            "typestr": host.dtype.str,
+            "data": (ptr, False),
+            "strides": None,
+            "version": 3,
+        }
 
 
 class DeviceChecks:
@@ -55,8 +68,10 @@ class DeviceChecks:
     input words changed, computed where the data is. Zero is a pass; anything else sends the
     caller to the host comparison, which says what is wrong (and has the last word)."""
 
-    _FAR = {np.dtype(np.float32): ("eat_far_f32", ctypes.c_float),
-            np.dtype(np.float64): ("eat_far_f64", ctypes.c_double)}
+    _FAR = {
+        np.dtype(np.float32): ("eat_far_f32", ctypes.c_float),
+        np.dtype(np.float64): ("eat_far_f64", ctypes.c_double),
+    }
 
     def __init__(self, path: str, rt: Runtime):
         self.rt = rt
@@ -65,13 +80,23 @@ class DeviceChecks:
         for dtype, (name, real) in self._FAR.items():
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, real, real,
-                           ctypes.c_void_p]
+            fn.argtypes = [
+                ctypes.c_void_p,
+                ctypes.c_void_p,
+                ctypes.c_size_t,
+                real,
+                real,
+                ctypes.c_void_p,
+            ]
             self.far_fns[dtype] = fn
         self.differ_fn = lib.eat_differ
         self.differ_fn.restype = ctypes.c_int
-        self.differ_fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                   ctypes.c_void_p]
+        self.differ_fn.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ]
         self.counter = rt.malloc(8)
         self.count = np.zeros(1, np.uint64)
 
@@ -99,15 +124,17 @@ class DeviceWorkload(Workload):
     With DeviceChecks, inputs and outputs are checked there too, and copied to the host only
     to explain a failure; the host arrays stage those copies."""
 
-    def __init__(self, job: dict, index: int, rt: Runtime, checks: DeviceChecks | None,
-                 ref_mod=None):
+    def __init__(
+        self, job: dict, index: int, rt: Runtime, checks: DeviceChecks | None, ref_mod=None
+    ):
         super().__init__(job, index, ref_mod)
         self.rt, self.checks, self.tol = rt, checks, job["tolerance"]
         host = {k: v for k, v in self.values.items() if isinstance(v, np.ndarray)}
         self.device = {k: rt.malloc(v.nbytes) for k, v in host.items()}
         self.c_args = call_args(job["args"], self.values | self.device)
-        self._vendor_args = self.values | {k: DeviceArray(self.device[k], v)
-                                           for k, v in host.items()}
+        self._vendor_args = self.values | {
+            k: DeviceArray(self.device[k], v) for k, v in host.items()
+        }
         self._on_device: dict[int, dict] = {}
         self._snapshot: dict[str, int] = {}
 
@@ -121,8 +148,11 @@ class DeviceWorkload(Workload):
                     made[part][k] = ptr = self.rt.malloc(arr.nbytes)
                     self.rt.to_device(ptr, np.ascontiguousarray(arr))
             for k, arr in s["expected"].items():
-                scale = float(np.abs(arr).mean(dtype=np.float64)) if arr.dtype.kind == "f" \
+                scale = (
+                    float(np.abs(arr).mean(dtype=np.float64))
+                    if arr.dtype.kind == "f"
                     else float("nan")
+                )
                 slack = self.tol["atol"] + self.tol["rtol"] * scale
                 made["slack"][k] = slack if np.isfinite(slack) else None
             self._on_device[i] = made
@@ -172,8 +202,9 @@ class DeviceWorkload(Workload):
 
     def check_inputs(self, i: int, when: str) -> None:
         if self.checks is not None and not any(
-                self.checks.differ(self.device[k], self._set(i)["inputs"][k], buf.nbytes)
-                for k, buf in self.inputs.items()):
+            self.checks.differ(self.device[k], self._set(i)["inputs"][k], buf.nbytes)
+            for k, buf in self.inputs.items()
+        ):
             return
         self._fetch(self.inputs)
         super().check_inputs(i, when)
@@ -182,9 +213,14 @@ class DeviceWorkload(Workload):
         s, doubtful = self._set(i), []
         for k in keys or self.outputs:
             out, slack = self.outputs[k], s["slack"][k]
-            if self.checks is None or slack is None or self.checks.far(
-                    self.device[k], s["expected"][k], out.size, out.dtype, tol["rtol"],
-                    slack) != 0:
+            if (
+                self.checks is None
+                or slack is None
+                or self.checks.far(
+                    self.device[k], s["expected"][k], out.size, out.dtype, tol["rtol"], slack
+                )
+                != 0
+            ):
                 doubtful.append(k)
         if doubtful:
             self._fetch({k: self.outputs[k] for k in doubtful})
@@ -230,13 +266,12 @@ def _setup(job: dict) -> tuple:
     rt.set_device(0)  # the runner made the chosen GPU this process's only visible one
     checks = DeviceChecks(job["check_lib"], rt) if job.get("check_lib") else None
     ref_mod = load_py(job["reference"]["file"], "reference") if generates(job) else None
-    workloads = [DeviceWorkload(job, i, rt, checks, ref_mod)
-                 for i in range(len(job["workloads"]))]
+    workloads = [DeviceWorkload(job, i, rt, checks, ref_mod) for i in range(len(job["workloads"]))]
     base_fn = vendor = timer = None
     if job["mode"] == "time":
         timer = DeviceTimer(rt, job["flush_bytes"])
         if job.get("baseline_lib"):
-            base_fn = _bind(job["baseline_lib"], job)
+            base_fn = bind_entry(job["baseline_lib"], job)
         if job.get("vendor"):
             vendor = load_vendor(job)
     rt.synchronize()
@@ -245,7 +280,7 @@ def _setup(job: dict) -> tuple:
 
 def _check(job: dict, state: tuple) -> dict:
     rt, workloads, base_fn, vendor, timer = state
-    fn = _bind(job["candidate_lib"], job)
+    fn = bind_entry(job["candidate_lib"], job)
     gc.disable()
     try:
         if job["mode"] == "verify":

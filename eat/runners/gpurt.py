@@ -22,10 +22,19 @@ ENV = "EAT_GPU_RUNTIME"
 PREFIX = {"cuda": "cuda", "rocm": "hip"}
 API = {"cuda": "CUDA", "rocm": "HIP"}
 LIBRARIES = {
-    "cuda": ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
-             "/usr/local/cuda/lib64/libcudart.so"),
-    "rocm": ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5",
-             "/opt/rocm/lib/libamdhip64.so"),
+    "cuda": (
+        "libcudart.so",
+        "libcudart.so.13",
+        "libcudart.so.12",
+        "libcudart.so.11.0",
+        "/usr/local/cuda/lib64/libcudart.so",
+    ),
+    "rocm": (
+        "libamdhip64.so",
+        "libamdhip64.so.6",
+        "libamdhip64.so.5",
+        "/opt/rocm/lib/libamdhip64.so",
+    ),
 }
 # cudaDevAttrL2CacheSize and hipDeviceAttributeL2CacheSize: the one attribute whose number differs.
 _L2_ATTRIBUTE = {"cuda": 89, "rocm": 19}
@@ -41,11 +50,22 @@ PROBE_TAG = "EAT-GPU-PROBE "
 
 _P, _I, _S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 _ARGTYPES = {
-    "GetDeviceCount": [_P], "SetDevice": [_I], "Malloc": [_P, _S], "Free": [_P],
-    "Memcpy": [_P, _P, _S, _I], "Memset": [_P, _I, _S], "DeviceSynchronize": [],
-    "GetLastError": [], "EventCreate": [_P], "EventDestroy": [_P], "EventRecord": [_P, _P],
-    "EventSynchronize": [_P], "EventElapsedTime": [_P, _P, _P],
-    "DeviceGetAttribute": [_P, _I, _I], "DriverGetVersion": [_P], "RuntimeGetVersion": [_P],
+    "GetDeviceCount": [_P],
+    "SetDevice": [_I],
+    "Malloc": [_P, _S],
+    "Free": [_P],
+    "Memcpy": [_P, _P, _S, _I],
+    "Memset": [_P, _I, _S],
+    "DeviceSynchronize": [],
+    "GetLastError": [],
+    "EventCreate": [_P],
+    "EventDestroy": [_P],
+    "EventRecord": [_P, _P],
+    "EventSynchronize": [_P],
+    "EventElapsedTime": [_P, _P, _P],
+    "DeviceGetAttribute": [_P, _I, _I],
+    "DriverGetVersion": [_P],
+    "RuntimeGetVersion": [_P],
     "CtxResetPersistingL2Cache": [],
 }
 
@@ -67,8 +87,9 @@ class Runtime:
         self.lib = _open(kind, library or os.environ.get(ENV))
         err = self._symbol("GetErrorString")
         if err is None:
-            raise GpuError(f"{self.lib._name} is not a {self.api} runtime "
-                           f"(no {self.prefix}GetErrorString)")
+            raise GpuError(
+                f"{self.lib._name} is not a {self.api} runtime (no {self.prefix}GetErrorString)"
+            )
         err.restype, err.argtypes = ctypes.c_char_p, [_I]
         self._error_string = err
         self.path = _library_path(err) or self.lib._name
@@ -118,8 +139,9 @@ class Runtime:
                 fn.restype, fn.argtypes = _I, [_P, _I]
                 code = fn(props, device)
                 if code:
-                    raise GpuError(f"{self.prefix}{variant} failed: {self.error_string(code)}",
-                                   code)
+                    raise GpuError(
+                        f"{self.prefix}{variant} failed: {self.error_string(code)}", code
+                    )
                 return props.raw
         return None
 
@@ -218,8 +240,12 @@ def _library_path(fn) -> str | None:
     """The file a loaded symbol comes from (dladdr), so children load the very same library."""
 
     class DlInfo(ctypes.Structure):
-        _fields_ = [("fname", ctypes.c_char_p), ("fbase", _P), ("sname", ctypes.c_char_p),
-                    ("saddr", _P)]
+        _fields_ = [
+            ("fname", ctypes.c_char_p),
+            ("fbase", _P),
+            ("sname", ctypes.c_char_p),
+            ("saddr", _P),
+        ]
 
     info = DlInfo()
     for lib in (None, "libdl.so.2"):
@@ -245,8 +271,14 @@ def describe(kind: str, library: str | None = None) -> dict:
             return {"reason": f"no {rt.api} device: {rt.prefix}GetDeviceCount found none"}
         rt.set_device(0)
         driver, runtime = rt.versions()
-        info = {"library": rt.path, "devices": count, "name": rt.name(0),
-                "l2_bytes": rt.l2_bytes(0), "driver": driver, "runtime": runtime}
+        info = {
+            "library": rt.path,
+            "devices": count,
+            "name": rt.name(0),
+            "l2_bytes": rt.l2_bytes(0),
+            "driver": driver,
+            "runtime": runtime,
+        }
     except GpuError as e:
         return {"reason": f"no {rt.api} device: {e}"}
     # What the GPU runner builds for; a runtime that cannot say leaves the compiler's default.

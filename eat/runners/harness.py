@@ -23,8 +23,7 @@ from functools import partial
 import numpy as np
 
 from eat.runners.cabi import C_TYPES
-from eat.runners.inputs import (SetChanged, generates, load_py, make_set, set_index,
-                                workload_sets)
+from eat.runners.inputs import SetChanged, generates, load_py, make_set, set_index, workload_sets
 from eat.runners.sandbox import confine, lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
@@ -46,7 +45,7 @@ def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
     nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)
     raw = np.empty(nbytes + align, dtype=np.uint8)
     offset = (-raw.ctypes.data) % align
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
 class Snapshots:
@@ -88,8 +87,10 @@ class Workload(Snapshots):
             self.values[a["name"]] = arr
         # ref_mod: the reference, loaded where the manifest says to make sets here
         self.sets = workload_sets(job, index, partial(make_set, job, workload, ref_mod))
-        self.c_args = call_args(job["args"], {k: v.ctypes.data if isinstance(v, np.ndarray)
-                                              else v for k, v in self.values.items()})
+        self.c_args = call_args(
+            job["args"],
+            {k: v.ctypes.data if isinstance(v, np.ndarray) else v for k, v in self.values.items()},
+        )
 
     def load(self, i: int) -> None:
         """Set up a call on input set `i`: inputs copied into the buffers, outputs poisoned."""
@@ -120,28 +121,43 @@ class Workload(Snapshots):
     def check_inputs(self, i: int, when: str) -> None:
         for k, buf in self.inputs.items():
             if not np.array_equal(buf, self.sets[i]["inputs"][k], equal_nan=True):
-                raise Outcome("rejected", f"the candidate modified its input {k} ({when}, "
-                              f"{self.label})", workload=self.params)
+                raise Outcome(
+                    "rejected",
+                    f"the candidate modified its input {k} ({when}, {self.label})",
+                    workload=self.params,
+                )
 
     def check_outputs(self, i: int, tol: dict, when: str, keys=None) -> None:
         """Raise an Outcome unless the outputs (those named in `keys`, else all) match set
         `i`'s expected ones."""
         for k in keys or self.outputs:
             out = self.outputs[k]
-            bad: Mismatch | None = compare(out, self.sets[i]["expected"][k], tol["rtol"],
-                                           tol["atol"])
+            bad: Mismatch | None = compare(
+                out, self.sets[i]["expected"][k], tol["rtol"], tol["atol"]
+            )
             if bad:
-                raise Outcome("incorrect", f"output {k} wrong ({when}, {self.label}): "
-                              f"{bad.summary}", workload=self.params, output=k, **bad.as_dict())
+                raise Outcome(
+                    "incorrect",
+                    f"output {k} wrong ({when}, {self.label}): {bad.summary}",
+                    workload=self.params,
+                    output=k,
+                    **bad.as_dict(),
+                )
 
 
 def call_args(args: list[dict], values: dict) -> tuple:
     """ctypes arguments of the entry point: pointers (addresses) as void *, scalars typed."""
-    return tuple(ctypes.c_void_p(values[a["name"]]) if a["pointer"]
-                 else _CTYPES[a["ctype"]](values[a["name"]]) for a in args)
+    return tuple(
+        ctypes.c_void_p(values[a["name"]])
+        if a["pointer"]
+        else _CTYPES[a["ctype"]](values[a["name"]])
+        for a in args
+    )
 
 
-def _bind(path: str, job: dict):
+def bind_entry(path: str, job: dict):
+    """The job's entry point in the built library at `path` (a compile_error when it is not
+    there to load)."""
     try:
         lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
@@ -165,8 +181,12 @@ def verify(job: dict, workloads: list[Workload], fn) -> dict:
             # Work finishing after the call returned (a detached thread) shows up as a change.
             time.sleep(min(0.02, max(0.002, 2 * took)))
             if (k := w.changed(snapshot)) is not None:
-                raise Outcome("rejected", f"{w.output_label(k)} kept changing after the call "
-                              f"returned ({w.label}): work escaped the call", workload=w.params)
+                raise Outcome(
+                    "rejected",
+                    f"{w.output_label(k)} kept changing after the call "
+                    f"returned ({w.label}): work escaped the call",
+                    workload=w.params,
+                )
             w.check_inputs(seed, f"seed {seed}, after return")
             w.check_outputs(seed, tol, f"seed {seed}")
     return {"status": "ok", "message": "verified"}
@@ -250,12 +270,16 @@ def time_native(job: dict, workloads: list[Workload], fn, base_fn, vendor, timer
     its loading took as `vendor_load_s`."""
     vendor_fn, load_s = vendor or (None, 0.0)
     res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), timer)
-    return res | {"vendor_load_s": load_s} | (
-        {"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
+    return (
+        res
+        | {"vendor_load_s": load_s}
+        | ({"vendor_error": vendor_fn} if isinstance(vendor_fn, str) else {})
+    )
 
 
-def time_all(job: dict, workloads: list[Workload], impls: dict, timer,
-             watch_others: bool = True) -> dict:
+def time_all(
+    job: dict, workloads: list[Workload], impls: dict, timer, watch_others: bool = True
+) -> dict:
     """Median and IQR of each implementation per workload, the candidate's outputs re-checked.
 
     `impls` comes from implementations(); each call is built before the timer starts. `timer`
@@ -291,31 +315,50 @@ def time_all(job: dict, workloads: list[Workload], impls: dict, timer,
         for r in range(rounds):
             i = set_index(r, warmup, len(w.sets))
             # Rotating the order keeps drift and cache state from favouring one implementation.
-            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
+            for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
                 samples[kind].append(run(kind, w, i))
                 if kind == "candidate":
                     w.check_inputs(i, f"timed call {r}")
                     w.check_outputs(i, tol, f"timed call {r}")
             # A baseline or vendor whose median is already as sure as asked is timed no more:
             # min_repeats is the candidate's floor (a slow naive baseline's calls dominate).
-            kinds = [k for k in kinds if k == "candidate" or len(samples[k]) < REFERENCE_MIN
-                     or rse(samples[k]) >= cfg["target_rse"]]
+            kinds = [
+                k
+                for k in kinds
+                if k == "candidate"
+                or len(samples[k]) < REFERENCE_MIN
+                or rse(samples[k]) >= cfg["target_rse"]
+            ]
             if r + 1 >= cfg["min_repeats"] and (
-                    time.perf_counter() - start > cfg["budget_s"]
-                    or max(rse(v) for v in samples.values()) < cfg["target_rse"]):
+                time.perf_counter() - start > cfg["budget_s"]
+                or max(rse(v) for v in samples.values()) < cfg["target_rse"]
+            ):
                 break
-            if race and r + 1 >= race["rounds"] and race["ratios"][wi] < np.median(
-                    samples["candidate"]) / np.median(samples[race["kind"]]):
+            if (
+                race
+                and r + 1 >= race["rounds"]
+                and race["ratios"][wi]
+                < np.median(samples["candidate"]) / np.median(samples[race["kind"]])
+            ):
                 raced.append(w.label)  # lost by far: more rounds would not change that
                 break
         results.append({k: _stat(v) for k, v in samples.items()})
         with watch:  # an idle window: nothing of ours runs in it
             time.sleep(0.02)
     if watch.extra_ns > 5_000_000 + 0.05 * watch.wall_ns:
-        raise Outcome("rejected", f"background threads used {watch.extra_ns / 1e6:.1f} ms of CPU "
-                      "while the candidate was not running", extra_cpu_s=watch.extra_ns / 1e9)
-    return {"status": "ok", "message": "timed", "workloads": results, "raced": raced,
-            "extra_cpu_s": max(0.0, watch.extra_ns / 1e9)}
+        raise Outcome(
+            "rejected",
+            f"background threads used {watch.extra_ns / 1e6:.1f} ms of CPU "
+            "while the candidate was not running",
+            extra_cpu_s=watch.extra_ns / 1e9,
+        )
+    return {
+        "status": "ok",
+        "message": "timed",
+        "workloads": results,
+        "raced": raced,
+        "extra_cpu_s": max(0.0, watch.extra_ns / 1e9),
+    }
 
 
 def serve(setup, check) -> None:
@@ -332,8 +375,9 @@ def serve(setup, check) -> None:
     phase = "setup"
     try:
         state = setup(job)
-        if job.get("confine_writes", True) and (why := confine([os.getcwd(), "/dev"],
-                                                               job.get("unreadable", []))):
+        if job.get("confine_writes", True) and (
+            why := confine([os.getcwd(), "/dev"], job.get("unreadable", []))
+        ):
             print(f"eat harness: {why}", file=sys.stderr)
         if job.get("lock_down", True):
             why = lock_down()
@@ -343,8 +387,11 @@ def serve(setup, check) -> None:
             if why:
                 print(f"eat harness: {why}; relying on RLIMIT_NPROC", file=sys.stderr)
         elif os.geteuid() == 0:
-            print("eat harness: candidates may start processes and this is root: nothing "
-                  "holds a fork bomb but the wall clock", file=sys.stderr)
+            print(
+                "eat harness: candidates may start processes and this is root: nothing "
+                "holds a fork bomb but the wall clock",
+                file=sys.stderr,
+            )
         phase = "candidate"
         result = check(job, state)
     except Outcome as o:
@@ -354,8 +401,11 @@ def serve(setup, check) -> None:
     except Exception:
         tb = traceback.format_exc(limit=6)
         status = "harness_error" if phase == "setup" else "crash"
-        result = {"status": status, "message": tb.strip().splitlines()[-1][:300],
-                  "detail": {"traceback": tb[-3000:]}}
+        result = {
+            "status": status,
+            "message": tb.strip().splitlines()[-1][:300],
+            "detail": {"traceback": tb[-3000:]},
+        }
     os.write(result_fd, f"EAT-RESULT {job['nonce']} {json.dumps(result)}\n".encode())
     os.close(result_fd)
 
@@ -368,7 +418,7 @@ def _setup(job: dict) -> tuple:
         if job.get("cpu") is not None:
             os.sched_setaffinity(0, {job["cpu"]})
         if job.get("baseline_lib"):
-            base_fn = _bind(job["baseline_lib"], job)
+            base_fn = bind_entry(job["baseline_lib"], job)
         if job.get("vendor"):
             vendor = load_vendor(job)
     return workloads, base_fn, vendor
@@ -376,7 +426,7 @@ def _setup(job: dict) -> tuple:
 
 def _check(job: dict, state: tuple) -> dict:
     workloads, base_fn, vendor = state
-    fn = _bind(job["candidate_lib"], job)
+    fn = bind_entry(job["candidate_lib"], job)
     gc.disable()
     if job["mode"] == "verify":
         return verify(job, workloads, fn)

@@ -56,6 +56,7 @@ def set_index(r: int, warmup: int, pool: int) -> int:
 
 # -- making sets (the child) -----------------------------------------------------------------
 
+
 def load_py(path: str, name: str):
     """A target's Python file (reference, vendor, a Python candidate) as a fresh module."""
     spec = importlib.util.spec_from_file_location(f"eat_target_{name}", path)
@@ -82,8 +83,7 @@ def make_set(job: dict, workload: dict, ref_mod, seed: int) -> dict:
             continue
         src = made.get(a["name"])
         if src is None:
-            src = (rng.random(shape) * 2 - 1) if dtype.kind == "f" \
-                else rng.integers(0, 100, shape)
+            src = (rng.random(shape) * 2 - 1) if dtype.kind == "f" else rng.integers(0, 100, shape)
         inputs[a["name"]] = np.ascontiguousarray(np.asarray(src).reshape(shape), dtype=dtype)
     saved = {k: v.copy() for k, v in inputs.items()}
     got = getattr(ref_mod, job["reference"]["function"])(**inputs, **scalars)
@@ -94,8 +94,9 @@ def make_set(job: dict, workload: dict, ref_mod, seed: int) -> dict:
     for k in inputs:
         if not np.array_equal(inputs[k], saved[k]):
             raise RuntimeError(f"the reference modified its input {k}")
-    expected = {k: np.asarray(got[k], dtype=dt).reshape(shape)
-                for k, (shape, dt) in outputs.items()}
+    expected = {
+        k: np.asarray(got[k], dtype=dt).reshape(shape) for k, (shape, dt) in outputs.items()
+    }
     return {"inputs": inputs, "expected": expected}
 
 
@@ -146,14 +147,16 @@ def prepare(folder: Path, cfg: dict, workloads: int, make, room: int | None = No
         first = make(wi, 0)
         made_s, size = time.perf_counter() - t0, set_bytes(first)
         pool = pool_size(size, cfg["warmup"], cfg["max_repeats"], cfg["pool_mb"])
-        seeds = {"verify": list(range(cfg["seeds"])),
-                 "time": [TIMED_SEED0 + j for j in range(pool)]}
+        seeds = {
+            "verify": list(range(cfg["seeds"])),
+            "time": [TIMED_SEED0 + j for j in range(pool)],
+        }
         cost = {"bytes": size, "make_s": round(made_s, 4)}
         if room is not None and size * (cfg["seeds"] + pool) > room:
             out.append({"generate": seeds, **cost})
             continue
 
-        def kept(seed: int) -> list[str]:
+        def kept(seed: int, wi: int = wi, first: dict | None = first) -> list[str]:
             path = folder / f"w{wi}-s{seed}.set"
             mark = fingerprint(path) if path.exists() else None
             # Made again once changed since a manifest recorded it (none yet: a racing maker's).
@@ -170,9 +173,13 @@ def prepare(folder: Path, cfg: dict, workloads: int, make, room: int | None = No
 def prepare_job(job: dict) -> dict:
     """prepare() for a native target: the arrays of its C signature."""
     ref_mod = load_py(job["reference"]["file"], "reference")
-    return prepare(Path(job["dir"]), job["config"], len(job["workloads"]),
-                   lambda wi, seed: make_set(job, job["workloads"][wi], ref_mod, seed),
-                   job.get("room"))
+    return prepare(
+        Path(job["dir"]),
+        job["config"],
+        len(job["workloads"]),
+        lambda wi, seed: make_set(job, job["workloads"][wi], ref_mod, seed),
+        job.get("room"),
+    )
 
 
 def _manifest(folder: Path, sizes: tuple) -> Path:
@@ -203,11 +210,11 @@ def _entries(made: dict):
     """(file, fingerprint) of every set a manifest names."""
     for workload in made["workloads"]:
         for mode in ("verify", "time"):
-            for name, mark in workload.get(mode, []):  # a generated workload has no files
-                yield name, mark
+            yield from workload.get(mode, [])  # (name, mark); a generated workload has none
 
 
 # -- reading sets (the harnesses) ------------------------------------------------------------
+
 
 class SetChanged(Exception):
     """A set on disk is not what was made: the harness cannot judge anything with it."""
@@ -243,8 +250,9 @@ class SetFiles:
                 s["meta"] = head["meta"]
                 for key in head["names"]:
                     kind, name_ = key.split(".", 1)
-                    s["inputs" if kind == "in" else "expected"][name_] = \
-                        np.lib.format.read_array(f, allow_pickle=False)
+                    s["inputs" if kind == "in" else "expected"][name_] = np.lib.format.read_array(
+                        f, allow_pickle=False
+                    )
             if fingerprint(path) != want:
                 raise SetChanged(f"input set {path} changed on disk after it was made")
             while len(self._loaded) >= self.keep:

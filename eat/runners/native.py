@@ -9,7 +9,6 @@ GpuRunner in gpu.py) fills in its hooks: compiler, flags, harness, device, envir
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -25,28 +24,48 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eat.cache import (anchors_dir, builds_dir, device_lock, intact_build, keep_build,
-                       maybe_prune, used)
-from eat.runners import inputs, sandbox
+from eat.cache import (
+    anchors_dir,
+    builds_dir,
+    device_lock,
+    intact_build,
+    keep_build,
+    maybe_prune,
+    used,
+)
+from eat.runners import sandbox
+from eat.runners.base import (
+    VERIFIED_ONLY,
+    Evaluation,
+    HarnessError,
+    Peaks,
+    eat_pythonpath,
+    read_result,
+    source_hash,
+    summarize,
+)
 from eat.runners.sets import again_if_sets_changed, grown, input_sets, sets_detail, source_key
-from eat.runners.base import (VERIFIED_ONLY, Evaluation, HarnessError, Peaks, eat_pythonpath,
-                              read_result, source_hash, summarize)
 from eat.target import EvalConfig, Target, eval_expr
 
 CFLAGS_LINE = re.compile(r"^\s*//\s*eat:cflags\b(.*)$", re.M)
 # Flags a gcc or clang driver may take from a candidate: the C runner's, and hipcc's (clang).
-CC_FLAG_OK = re.compile(r"-O[0-3sgz]?|-Ofast|-m[a-z0-9][a-z0-9.=_-]*|-f[a-z0-9][a-z0-9.=_-]*"
-                        r"|-D[A-Za-z_]\w*(=[\w.+-]*)?|-U[A-Za-z_]\w*|-std=(c|gnu)\w+|-W[\w=-]*"
-                        r"|-w|-g[0-3]?|-pthread")
-CC_FLAG_DENY = re.compile(r"-f(plugin|use-ld|profile|dump|record|save|stack-usage|callgraph"
-                          r"|debug-prefix|file-prefix|macro-prefix|auto-profile|sanitize"
-                          r"|instrument|coverage)")
+CC_FLAG_OK = re.compile(
+    r"-O[0-3sgz]?|-Ofast|-m[a-z0-9][a-z0-9.=_-]*|-f[a-z0-9][a-z0-9.=_-]*"
+    r"|-D[A-Za-z_]\w*(=[\w.+-]*)?|-U[A-Za-z_]\w*|-std=(c|gnu)\w+|-W[\w=-]*"
+    r"|-w|-g[0-3]?|-pthread"
+)
+CC_FLAG_DENY = re.compile(
+    r"-f(plugin|use-ld|profile|dump|record|save|stack-usage|callgraph"
+    r"|debug-prefix|file-prefix|macro-prefix|auto-profile|sanitize"
+    r"|instrument|coverage)"
+)
 # Ways for a source file to pull other files of this machine into its build (and so its logs).
 _FILE_READS = re.compile(r'#\s*include\s*["<]\s*(/|[^">]*\.\.)|\.incbin|#\s*embed|__has_embed')
 
 
-def candidate_cflags(source: str, default: str, allowed: re.Pattern,
-                     denied: re.Pattern | None) -> tuple[list[str], str | None]:
+def candidate_cflags(
+    source: str, default: str, allowed: re.Pattern, denied: re.Pattern | None
+) -> tuple[list[str], str | None]:
     """Flags from `// eat:cflags ...` lines (else `default`), and why they are refused, if so."""
     lines = CFLAGS_LINE.findall(source)
     flags = " ".join(lines).split() if lines else default.split()
@@ -66,8 +85,9 @@ def _first_error(log: str) -> str:
 @lru_cache(maxsize=8)
 def compiler_version(compiler: str) -> str:
     try:
-        return subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                              timeout=30).stdout.split("\n")[0]
+        return subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.split("\n")[0]
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
 
@@ -133,92 +153,163 @@ class NativeRunner(ABC):
     def job_extra(self, mode: str) -> dict:
         """Fields this runner's harness needs in a job of `mode` (verify, time)."""
 
-    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
-                 workdir: Path | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        target: Target,
+        source: str,
+        *,
+        config: EvalConfig | None = None,
+        workdir: Path | None = None,
+    ) -> Evaluation:
         cfg = config or target.evaluation
         return again_if_sets_changed(lambda: self._evaluate(target, source, cfg, workdir))
 
-    def _evaluate(self, target: Target, source: str, cfg: EvalConfig,
-                  workdir: Path | None) -> Evaluation:
-        ev = dict(target=target.name, runner=self.name, device=self.device,
-                  arch=self.arch(target), source_hash=source_hash(source),
-                  vendor=target.vendor.name if target.vendor else None)
-        durations: dict[str, float] = {}
+    def _evaluate(
+        self, target: Target, source: str, cfg: EvalConfig, workdir: Path | None
+    ) -> Evaluation:
+        """Refuse, build, verify, time: the first step that does not pass ends it."""
+        ev = dict(
+            target=target.name,
+            runner=self.name,
+            device=self.device,
+            arch=self.arch(target),
+            source_hash=source_hash(source),
+            vendor=target.vendor.name if target.vendor else None,
+        )
         flags, refused = self.flags(source, target.build.cflags)
         if refused:
             return Evaluation(status="rejected", message=refused, **ev)
         if _FILE_READS.search(source):
-            return Evaluation(status="rejected", message="the source reads files outside "
-                              "itself (absolute or parent #include, .incbin, #embed)", **ev)
+            return Evaluation(
+                status="rejected",
+                message="the source reads files outside "
+                "itself (absolute or parent #include, .incbin, #embed)",
+                **ev,
+            )
+        durations: dict[str, float] = {}
         with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
             tmp = Path(tmp)
-            src = tmp / f"candidate{self.suffix}"
-            src.write_text(source)
             t0 = time.monotonic()
-            cached = builds_dir() / f"cand-{self._build_key(target, source, flags)}"
-            kept, kept_log = cached.with_suffix(".so"), cached.with_suffix(".log")
-            compile_log = _reuse(kept, src.with_suffix(".so"))  # same source, flags, compiler
-            if compile_log is None:
-                built = self._compile(target, src, flags, cfg)
-                if built.returncode != 0 or built.timed_out:
-                    log = built.stderr or built.stdout
-                    msg = "compiler timed out" if built.timed_out else _first_error(log)
-                    return Evaluation(status="compile_error", message=msg, compile_log=log,
-                                      durations=durations | {
-                                          "compile_s": time.monotonic() - t0}, **ev)
-                compile_log = built.stderr
-                kept_log.write_text(compile_log)
-                keep_build(src.with_suffix(".so"), kept)
-                maybe_prune()
+            compile_log = self._build(target, source, flags, cfg, tmp)
             durations["compile_s"] = time.monotonic() - t0
+            if isinstance(compile_log, Evaluation):  # it did not build
+                return compile_log.model_copy(update=ev | {"durations": durations})
+            ev |= {"compile_log": compile_log, "durations": durations}
             baseline_lib = self._baseline_lib(target, cfg)
             job = self._job(target, cfg, tmp / "candidate.so")
             t0 = time.monotonic()
             res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
             if res["status"] != "ok" or not cfg.timed:
-                return Evaluation(status=res["status"], message=res["message"] if
-                                  res["status"] != "ok" else VERIFIED_ONLY,
-                                  detail=res.get("detail", {}), compile_log=compile_log,
-                                  stderr=run.stderr, durations=durations, **ev)
-            anchor_key = self._anchor_key(target, cfg, baseline_lib)
-            anchor = Anchor.load(anchor_key) if target.vendor else None
-            timed = {anchor.kind} if anchor else {"baseline", "vendor"}
-            race_kind = anchor.kind if anchor else "vendor" if target.vendor else "baseline"
-            best = self._best.get(anchor_key, {}).get(race_kind)
-            with device_lock(self.lock_name):
-                t0 = time.monotonic()
-                res, run = self._harness(job | self.job_extra("time") | {
-                    "mode": "time", "race": best and cfg.race_rounds and {
-                        "kind": race_kind, "rounds": cfg.race_rounds,
-                        "ratios": [RACE_MARGIN * b for b in best]},
+                return Evaluation(
+                    status=res["status"],
+                    message=res["message"] if res["status"] != "ok" else VERIFIED_ONLY,
+                    detail=res.get("detail", {}),
+                    stderr=run.stderr,
+                    **ev,
+                )
+            return self._time(target, cfg, job, baseline_lib, tmp, ev)
+
+    def _build(
+        self, target: Target, source: str, flags: list[str], cfg: EvalConfig, tmp: Path
+    ) -> str | Evaluation:
+        """`source` built into tmp/candidate.so (or the same build reused): the compiler's
+        log, or the compile_error Evaluation (its target fields left to the caller)."""
+        src = tmp / f"candidate{self.suffix}"
+        src.write_text(source)
+        cached = builds_dir() / f"cand-{self._build_key(target, source, flags)}"
+        kept, kept_log = cached.with_suffix(".so"), cached.with_suffix(".log")
+        compile_log = _reuse(kept, src.with_suffix(".so"))  # same source, flags, compiler
+        if compile_log is not None:
+            return compile_log
+        built = self._compile(target, src, flags, cfg)
+        if built.returncode != 0 or built.timed_out:
+            log = built.stderr or built.stdout
+            msg = "compiler timed out" if built.timed_out else _first_error(log)
+            return Evaluation(
+                status="compile_error",
+                message=msg,
+                compile_log=log,
+                target=target.name,
+                runner=self.name,
+                device=self.device,
+                source_hash=source_hash(source),
+            )
+        kept_log.write_text(built.stderr)
+        keep_build(src.with_suffix(".so"), kept)
+        maybe_prune()
+        return built.stderr
+
+    def _time(
+        self, target: Target, cfg: EvalConfig, job: dict, baseline_lib: Path, tmp: Path, ev: dict
+    ) -> Evaluation:
+        """Time the verified candidate beside the baseline or vendor (or the anchor's one of
+        them), under the device's lock; keep what the anchor and the race learn."""
+        anchor_key = self._anchor_key(target, cfg, baseline_lib)
+        anchor = Anchor.load(anchor_key) if target.vendor else None
+        timed = {anchor.kind} if anchor else {"baseline", "vendor"}
+        race_kind = anchor.kind if anchor else "vendor" if target.vendor else "baseline"
+        best = self._best.get(anchor_key, {}).get(race_kind)
+        with device_lock(self.lock_name):
+            t0 = time.monotonic()
+            res, run = self._harness(
+                job
+                | self.job_extra("time")
+                | {
+                    "mode": "time",
+                    "race": best
+                    and cfg.race_rounds
+                    and {
+                        "kind": race_kind,
+                        "rounds": cfg.race_rounds,
+                        "ratios": [RACE_MARGIN * b for b in best],
+                    },
                     "baseline_lib": str(baseline_lib) if "baseline" in timed else None,
-                    "vendor": target.vendor and "vendor" in timed and {
+                    "vendor": target.vendor
+                    and "vendor" in timed
+                    and {
                         "file": str(target.path(target.vendor.file).resolve()),
-                        "function": target.vendor.function}}, tmp, cfg)
-                durations["time_s"] = time.monotonic() - t0
-            if res["status"] != "ok":
-                return Evaluation(status=res["status"], message=res["message"],
-                                  detail=res.get("detail", {}), compile_log=compile_log,
-                                  stderr=run.stderr, durations=durations, **ev)
-            detail = {"extra_cpu_s": res.get("extra_cpu_s", 0.0)} | sets_detail(job["sets"], cfg)
-            if res.get("raced"):
-                detail["raced"] = (f"timed for {cfg.race_rounds} rounds only on "
-                                   f"{'; '.join(res['raced'])}: over {RACE_MARGIN:g}x slower "
-                                   "than the best candidate so far")
-            self._remember_best(anchor_key, res["workloads"])
-            if res.get("vendor_error"):
-                detail["vendor_error"] = res["vendor_error"]
-            if anchor and all(anchor.kind in t for t in res["workloads"]):
-                detail["scaled"] = anchor.apply(res["workloads"])
-                anchor.save(anchor_key)
-            elif all("baseline" in t and "vendor" in t for t in res["workloads"]):
-                Anchor.measure(res["workloads"], cfg.warmup + cfg.min_repeats,
-                               res.get("vendor_load_s", 0.0)).save(anchor_key)
-            summary = summarize(target, res["workloads"], self.peaks)
-            return Evaluation(status="ok", message="verified and timed", compile_log=compile_log,
-                              stderr=run.stderr, durations=durations, detail=detail,
-                              **summary, **ev)
+                        "function": target.vendor.function,
+                    },
+                },
+                tmp,
+                cfg,
+            )
+            ev["durations"]["time_s"] = time.monotonic() - t0
+        if res["status"] != "ok":
+            return Evaluation(
+                status=res["status"],
+                message=res["message"],
+                detail=res.get("detail", {}),
+                stderr=run.stderr,
+                **ev,
+            )
+        detail = {"extra_cpu_s": res.get("extra_cpu_s", 0.0)} | sets_detail(job["sets"], cfg)
+        if res.get("raced"):
+            detail["raced"] = (
+                f"timed for {cfg.race_rounds} rounds only on "
+                f"{'; '.join(res['raced'])}: over {RACE_MARGIN:g}x slower "
+                "than the best candidate so far"
+            )
+        self._remember_best(anchor_key, res["workloads"])
+        if res.get("vendor_error"):
+            detail["vendor_error"] = res["vendor_error"]
+        if anchor and all(anchor.kind in t for t in res["workloads"]):
+            detail["scaled"] = anchor.apply(res["workloads"])
+            anchor.save(anchor_key)
+        elif all("baseline" in t and "vendor" in t for t in res["workloads"]):
+            Anchor.measure(
+                res["workloads"], cfg.warmup + cfg.min_repeats, res.get("vendor_load_s", 0.0)
+            ).save(anchor_key)
+        summary = summarize(target, res["workloads"], self.peaks)
+        return Evaluation(
+            status="ok",
+            message="verified and timed",
+            stderr=run.stderr,
+            detail=detail,
+            **summary,
+            **ev,
+        )
 
     # -- pieces ------------------------------------------------------------------------------
 
@@ -226,9 +317,17 @@ class NativeRunner(ABC):
         """What an anchor holds for: the baseline build (its key names the device), the
         vendor's source, the workloads (one ratio each), the timing settings."""
         vendor = target.path(target.vendor.file).read_text() if target.vendor else ""
-        return hashlib.sha256("\0".join([str(baseline_lib), vendor, json.dumps(
-            target.workloads), json.dumps(target.shapes), cfg.model_dump_json()])
-                              .encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            "\0".join(
+                [
+                    str(baseline_lib),
+                    vendor,
+                    json.dumps(target.workloads),
+                    json.dumps(target.shapes),
+                    cfg.model_dump_json(),
+                ]
+            ).encode()
+        ).hexdigest()[:16]
 
     @property
     def _best(self) -> dict[str, dict[str, list[float]]]:
@@ -246,28 +345,57 @@ class NativeRunner(ABC):
     def _build_key(self, target: Target, source: str, flags: list[str]) -> str:
         """Everything a build depends on: source, command, compiler, device (its arch), env."""
         cmd = self.compile_command(target, Path(f"candidate{self.suffix}"), flags)
-        key = hashlib.sha256("\0".join([source, *cmd, compiler_version(cmd[0]), self.device,
-                                        *sorted(f"{k}={v}" for k, v in self.child_env().items())
-                                        ]).encode())
+        key = hashlib.sha256(
+            "\0".join(
+                [
+                    source,
+                    *cmd,
+                    compiler_version(cmd[0]),
+                    self.device,
+                    *sorted(f"{k}={v}" for k, v in self.child_env().items()),
+                ]
+            ).encode()
+        )
         return key.hexdigest()[:16]
 
-    def _compile(self, target: Target, src: Path, flags: list[str],
-                 cfg: EvalConfig) -> sandbox.Completed:
-        limits = sandbox.Limits(wall_s=cfg.compile_timeout_s, cpu_s=int(cfg.compile_timeout_s),
-                                address_space_bytes=cfg.memory_mb << 20)
-        return sandbox.run(self.compile_command(target, src, flags), cwd=src.parent,
-                           env=sandbox.clean_env(src.parent, self.child_env()), limits=limits)
+    def _compile(
+        self, target: Target, src: Path, flags: list[str], cfg: EvalConfig
+    ) -> sandbox.Completed:
+        limits = sandbox.Limits(
+            wall_s=cfg.compile_timeout_s,
+            cpu_s=int(cfg.compile_timeout_s),
+            address_space_bytes=cfg.memory_mb << 20,
+        )
+        return sandbox.run(
+            self.compile_command(target, src, flags),
+            cwd=src.parent,
+            env=sandbox.clean_env(src.parent, self.child_env()),
+            limits=limits,
+        )
 
     def _baseline_lib(self, target: Target, cfg: EvalConfig) -> Path:
         source = target.baseline_source()
         flags, refused = self.flags(source, target.build.cflags)
         if refused:
             raise HarnessError(f"{target.baseline.file}: {refused}")
-        return self._kept_lib(target, cfg, f"{target.name}-baseline", source, flags,
-                              f"{target.baseline.file} does not compile")
+        return self._kept_lib(
+            target,
+            cfg,
+            f"{target.name}-baseline",
+            source,
+            flags,
+            f"{target.baseline.file} does not compile",
+        )
 
-    def _kept_lib(self, target: Target, cfg: EvalConfig, name: str, source: str,
-                  flags: list[str], failure: str) -> Path:
+    def _kept_lib(
+        self,
+        target: Target,
+        cfg: EvalConfig,
+        name: str,
+        source: str,
+        flags: list[str],
+        failure: str,
+    ) -> Path:
         """`source` built once per (source, command, compiler, device, env) into the builds
         folder, and again whenever the file there is not the one built; HarnessError(`failure`:
         the compiler's first error) when it does not build."""
@@ -290,39 +418,69 @@ class NativeRunner(ABC):
         return {}
 
     def _job(self, target: Target, cfg: EvalConfig, lib: Path) -> dict:
-        workloads = [{"params": w, "shapes": {n: [int(eval_expr(d, w)) for d in dims]
-                                              for n, dims in target.shapes.items()}}
-                     for w in target.workloads]
+        workloads = [
+            {
+                "params": w,
+                "shapes": {
+                    n: [int(eval_expr(d, w)) for d in dims] for n, dims in target.shapes.items()
+                },
+            }
+            for w in target.workloads
+        ]
         ref = target.reference
-        job = {"nonce": secrets.token_hex(16), "entry": target.entry.name,
-               "args": [a.model_dump() for a in target.args], "workloads": workloads,
-               "reference": {"file": str(target.path(ref.file).resolve()),
-                             "function": ref.function, "inputs": ref.inputs},
-               "tolerance": target.tolerance.model_dump(), "config": cfg.model_dump(),
-               "candidate_lib": str(lib), "lock_down": self.lock_down,
-               "confine_writes": cfg.confine_writes, "unreadable": target.unreadable}
-        return job | {"sets": self._input_sets(target, job)} | self.job_extra("verify") \
+        job = {
+            "nonce": secrets.token_hex(16),
+            "entry": target.entry.name,
+            "args": [a.model_dump() for a in target.args],
+            "workloads": workloads,
+            "reference": {
+                "file": str(target.path(ref.file).resolve()),
+                "function": ref.function,
+                "inputs": ref.inputs,
+            },
+            "tolerance": target.tolerance.model_dump(),
+            "config": cfg.model_dump(),
+            "candidate_lib": str(lib),
+            "lock_down": self.lock_down,
+            "confine_writes": cfg.confine_writes,
+            "unreadable": target.unreadable,
+        }
+        return (
+            job
+            | {"sets": self._input_sets(target, job)}
+            | self.job_extra("verify")
             | self.support_libs(target, cfg)
+        )
 
     def _input_sets(self, target: Target, job: dict) -> dict:
         """Where this target's input sets are and their fingerprints; made by a child on first
         use."""
         decides = {k: job[k] for k in ("args", "workloads", "reference")}
-        return input_sets(target.name, [*source_key(job["reference"], target.root),
-                                        {k: job[k] for k in ("args", "workloads")}],
-                          decides | {"config": job["config"]},
-                          [sys.executable, "-m", "eat.runners.inputs"])
+        return input_sets(
+            target.name,
+            [
+                *source_key(job["reference"], target.root),
+                {k: job[k] for k in ("args", "workloads")},
+            ],
+            decides | {"config": job["config"]},
+            [sys.executable, "-m", "eat.runners.inputs"],
+        )
 
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
         env = sandbox.clean_env(tmp, self.child_env() | {"PYTHONPATH": eat_pythonpath()})
-        run = sandbox.run([sys.executable, "-m", self.harness_module], cwd=tmp, env=env,
-                          limits=grown(self.harness_limits(cfg), job["sets"], cfg, job["mode"]),
-                          stdin=json.dumps(job))
+        run = sandbox.run(
+            [sys.executable, "-m", self.harness_module],
+            cwd=tmp,
+            env=env,
+            limits=grown(self.harness_limits(cfg), job["sets"], cfg, job["mode"]),
+            stdin=json.dumps(job),
+        )
         run.stderr = sandbox.truncate(run.stderr, 4000)
         return read_result(job, run, cfg), run
 
 
 RACE_MARGIN = 2.0  # a workload's candidate this many times slower than the best is timed out
+
 
 @dataclass
 class Anchor:
@@ -352,8 +510,11 @@ class Anchor:
         """From a run that timed both; `calls` per workload, what loading the vendor took."""
         cost = {k: calls * sum(t[k]["median_s"] for t in timed) for k in ("baseline", "vendor")}
         cost["vendor"] += vendor_load_s
-        return cls(kind=min(cost, key=cost.get), measured_at=time.time(),
-                   then=[{k: t[k] for k in ("baseline", "vendor")} for t in timed])
+        return cls(
+            kind=min(cost, key=cost.get),
+            measured_at=time.time(),
+            then=[{k: t[k] for k in ("baseline", "vendor")} for t in timed],
+        )
 
     @classmethod
     def load(cls, key: str) -> Anchor | None:
@@ -386,8 +547,12 @@ class Anchor:
             scale = t[self.kind]["median_s"] / then[self.kind]["median_s"]
             self.stale |= abs(scale - 1) > self.DRIFT
             was = then[self.other]
-            t[self.other] = was | {"median_s": was["median_s"] * scale,
-                                   "iqr_s": was["iqr_s"] * scale}
+            t[self.other] = was | {
+                "median_s": was["median_s"] * scale,
+                "iqr_s": was["iqr_s"] * scale,
+            }
         self.stale |= self.uses >= self.RECHECK
-        return (f"the {self.other}'s time is the {self.kind}'s scaled by their ratio, measured "
-                f"{self.uses} evaluation(s) earlier")
+        return (
+            f"the {self.other}'s time is the {self.kind}'s scaled by their ratio, measured "
+            f"{self.uses} evaluation(s) earlier"
+        )

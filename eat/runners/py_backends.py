@@ -20,6 +20,7 @@ class TorchBackend:
 
     def __init__(self, device: str):
         import torch
+
         self.torch = torch
         self.device = torch.device("cuda" if device == "cuda" else "cpu")
         self.gpu = device == "cuda"
@@ -36,6 +37,7 @@ class TorchBackend:
     def _reset_persisting_l2(kind: str) -> None:
         """Lines an earlier process pinned in L2 would favour whoever touches them first."""
         from eat.runners.gpurt import GpuError, Runtime
+
         try:
             Runtime(kind).reset_persisting_l2()
         except (GpuError, OSError):
@@ -79,7 +81,8 @@ class TorchBackend:
         """x as it is compared: half, bfloat16 and float8 widened to float32."""
         x = x.detach()
         if x.dtype in (self.torch.bfloat16, self.torch.float16) or str(x.dtype).startswith(
-                "torch.float8"):
+            "torch.float8"
+        ):
             x = x.float()
         return x
 
@@ -153,6 +156,7 @@ class MlxBackend:
 
     def __init__(self, device: str):
         import mlx.core as mx
+
         self.mx = mx
 
     def is_array(self, x) -> bool:
@@ -221,9 +225,11 @@ def arrays_in(value, is_array, label: str = "output") -> list[tuple[str, object]
     if is_array(value):
         return [(label, value)]
     if isinstance(value, (tuple, list)):
-        return [leaf for i, v in enumerate(value)
-                for leaf in arrays_in(v, is_array, f"{label}[{i}]")]
+        return [
+            leaf for i, v in enumerate(value) for leaf in arrays_in(v, is_array, f"{label}[{i}]")
+        ]
     if isinstance(value, dict):
-        return [leaf for k, v in value.items()
-                for leaf in arrays_in(v, is_array, f"{label}[{k!r}]")]
+        return [
+            leaf for k, v in value.items() for leaf in arrays_in(v, is_array, f"{label}[{k!r}]")
+        ]
     return []

@@ -26,6 +26,7 @@ from eat.runners.inputs import load_py, workload_sets
 from eat.runners.py_backends import arrays_in, backend
 from eat.runners.verify import compare
 
+
 def _map(value, fn):
     if isinstance(value, tuple):
         return tuple(_map(v, fn) for v in value)
@@ -50,8 +51,10 @@ def _pack(value, is_array, arrays: list):
         return {"d": [[k, _pack(v, is_array, arrays)] for k, v in value.items()]}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    raise TypeError(f"inputs() gave a {type(value).__name__}: an input set holds arrays, "
-                    "numbers, strings and None, in tuples, lists and dicts")
+    raise TypeError(
+        f"inputs() gave a {type(value).__name__}: an input set holds arrays, "
+        "numbers, strings and None, in tuples, lists and dicts"
+    )
 
 
 def _unpack(packed, arrays: list):
@@ -86,14 +89,20 @@ def make_set(be, make, ref_fn, params: dict, seed: int) -> dict:
     be.sync()
     after = arrays_in(work, be.is_array, "argument")
     # Arguments the reference wrote into are outputs too (destination-passing style).
-    dest = [i for i, ((_, a), b) in enumerate(zip(after, leaves))
-            if not np.array_equal(be.numpy(a), be.numpy(b), equal_nan=True)]
+    dest = [
+        i
+        for i, ((_, a), b) in enumerate(zip(after, leaves))
+        if not np.array_equal(be.numpy(a), be.numpy(b), equal_nan=True)
+    ]
     expected = {lbl: be.numpy(a) for lbl, a in arrays_in(out, be.is_array)}
     expected |= {after[i][0]: be.numpy(after[i][1]) for i in dest}
     host = [be.to_host(a) for a in leaves]
     packed = _pack(args, be.is_array, [])
-    return {"inputs": {str(i): a for i, (a, _) in enumerate(host)}, "expected": expected,
-            "meta": {"args": packed, "dest": dest, "dtypes": [d for _, d in host]}}
+    return {
+        "inputs": {str(i): a for i, (a, _) in enumerate(host)},
+        "expected": expected,
+        "meta": {"args": packed, "dest": dest, "dtypes": [d for _, d in host]},
+    }
 
 
 def prepare(job: dict) -> dict:
@@ -102,10 +111,13 @@ def prepare(job: dict) -> dict:
     ref_mod = load_py(job["reference"]["file"], "reference")
     make = getattr(ref_mod, job["reference"]["inputs"])
     refs = [_reference(job, params, be, ref_mod) for params in job["workloads"]]
-    return inputs.prepare(Path(job["dir"]), job["config"], len(job["workloads"]),
-                          lambda wi, seed: make_set(be, make, refs[wi],
-                                                    job["workloads"][wi], seed),
-                          job.get("room"))
+    return inputs.prepare(
+        Path(job["dir"]),
+        job["config"],
+        len(job["workloads"]),
+        lambda wi, seed: make_set(be, make, refs[wi], job["workloads"][wi], seed),
+        job.get("room"),
+    )
 
 
 class Case(Snapshots):
@@ -122,13 +134,24 @@ class Case(Snapshots):
         self.out = None  # what the last call returned
         self._bound: dict[int, object] = {}
         self.label = ", ".join(f"{k}={v}" for k, v in params.items()) or "default workload"
-        self.init_args = (getattr(ref_mod, job["reference"]["init_inputs"])(**params)
-                          if job["kind"] == "module" else None)
+        self.init_args = (
+            getattr(ref_mod, job["reference"]["init_inputs"])(**params)
+            if job["kind"] == "module"
+            else None
+        )
         # Sets the manifest says to make here: by the reference, on this device, before any
         # candidate code loads (Case is built in the harness's setup).
-        make = partial(make_set, be, getattr(ref_mod, job["reference"]["inputs"]),
-                       _reference(job, params, be, ref_mod), params) \
-            if "generate" in job["sets"]["workloads"][index] else None
+        make = (
+            partial(
+                make_set,
+                be,
+                getattr(ref_mod, job["reference"]["inputs"]),
+                _reference(job, params, be, ref_mod),
+                params,
+            )
+            if "generate" in job["sets"]["workloads"][index]
+            else None
+        )
         self.sets = workload_sets(job, index, make, convert=self._on_device)
         first = self.sets[0]
         self.args = _map(first["args"], lambda x: be.clone(x) if be.is_array(x) else x)
@@ -144,11 +167,18 @@ class Case(Snapshots):
         # An input kept as raw bits (bfloat16) is compared as be.numpy() shows it.
         saved = [be.numpy(x) if d else a for a, d, x in zip(host, meta["dtypes"], leaves)]
         expected = list(s["expected"].items())
-        return {"args": _unpack(meta["args"], leaves), "inputs": saved, "dest": meta["dest"],
-                "expected": expected,
-                # Checked where the outputs are, the host only explaining a failure.
-                "expected_here": [(lbl, be.from_host(w, None)) for lbl, w in expected
-                                  if w.dtype.kind == "f"] if be.close else None}
+        return {
+            "args": _unpack(meta["args"], leaves),
+            "inputs": saved,
+            "dest": meta["dest"],
+            "expected": expected,
+            # Checked where the outputs are, the host only explaining a failure.
+            "expected_here": [
+                (lbl, be.from_host(w, None)) for lbl, w in expected if w.dtype.kind == "f"
+            ]
+            if be.close
+            else None,
+        }
 
     def load(self, i: int) -> None:
         """Set up a call on argument set `i`: its values copied in, destinations poisoned."""
@@ -172,8 +202,9 @@ class Case(Snapshots):
         reference's (`kind = "module"`), once per module."""
         if id(mod) not in self._bound:
             entry = getattr(mod, self.job["entry"])
-            self._bound[id(mod)] = (self.be.build(entry, self.init_args)
-                                    if self.job["kind"] == "module" else entry)
+            self._bound[id(mod)] = (
+                self.be.build(entry, self.init_args) if self.job["kind"] == "module" else entry
+            )
         return self._bound[id(mod)]
 
     def run(self, mod) -> None:
@@ -192,8 +223,9 @@ class Case(Snapshots):
         """What the last call gave, where it is: its returned arrays, then the destination
         arguments."""
         labels = self.labels()
-        return arrays_in(self.out, self.be.is_array) + [(labels[k], self.leaves[k])
-                                                        for k in self.dest]
+        return arrays_in(self.out, self.be.is_array) + [
+            (labels[k], self.leaves[k]) for k in self.dest
+        ]
 
     def outputs(self) -> list[tuple[str, np.ndarray]]:
         """given(), on the host."""
@@ -215,8 +247,11 @@ class Case(Snapshots):
             if k in self.dest or (be.same and be.same(a, kept[k])):
                 continue
             if not np.array_equal(be.numpy(a), saved, equal_nan=True):
-                raise Outcome("rejected", f"the candidate modified its input {self.labels()[k]} "
-                              f"({when}, {self.label})", workload=self.params)
+                raise Outcome(
+                    "rejected",
+                    f"the candidate modified its input {self.labels()[k]} ({when}, {self.label})",
+                    workload=self.params,
+                )
 
     def check_outputs(self, i: int, tol: dict, when: str) -> None:
         """Raise an Outcome unless the last call's outputs match set `i`'s."""
@@ -226,18 +261,28 @@ class Case(Snapshots):
         want = self.sets[i]["expected"]
         if [lbl for lbl, _ in got] != [lbl for lbl, _ in want]:
             names = lambda arrays: ", ".join(lbl for lbl, _ in arrays) or "nothing"  # noqa: E731
-            raise Outcome("incorrect", f"gave {names(got)}; the reference gives {names(want)} "
-                          f"({when}, {self.label})", workload=self.params)
+            raise Outcome(
+                "incorrect",
+                f"gave {names(got)}; the reference gives {names(want)} ({when}, {self.label})",
+                workload=self.params,
+            )
         for (lbl, g), (_, w) in zip(got, want):
             if g.shape != w.shape or g.dtype != w.dtype:
-                raise Outcome("incorrect", f"{lbl} is {g.dtype}{list(g.shape)}, want "
-                              f"{w.dtype}{list(w.shape)} ({when}, {self.label})",
-                              workload=self.params)
+                raise Outcome(
+                    "incorrect",
+                    f"{lbl} is {g.dtype}{list(g.shape)}, want "
+                    f"{w.dtype}{list(w.shape)} ({when}, {self.label})",
+                    workload=self.params,
+                )
             bad = compare(g, w, tol["rtol"], tol["atol"])
             if bad:
-                raise Outcome("incorrect", f"{lbl} wrong ({when}, {self.label}): "
-                              f"{bad.summary}", workload=self.params, output=lbl,
-                              **bad.as_dict())
+                raise Outcome(
+                    "incorrect",
+                    f"{lbl} wrong ({when}, {self.label}): {bad.summary}",
+                    workload=self.params,
+                    output=lbl,
+                    **bad.as_dict(),
+                )
 
     def _close_here(self, i: int, tol: dict) -> bool:
         """The common case decided on the device, nothing copied: every output given, where
@@ -247,15 +292,17 @@ class Case(Snapshots):
             return False
         got = self.given()
         return [lbl for lbl, _ in got] == [lbl for lbl, _ in want] and all(
-            self.be.close(g, w, tol["rtol"], tol["atol"]) for (_, g), (_, w) in zip(got, want))
+            self.be.close(g, w, tol["rtol"], tol["atol"]) for (_, g), (_, w) in zip(got, want)
+        )
 
 
 def _load_candidate(path: str, job: dict):
     try:
         mod = load_py(path, "candidate")
     except Exception as e:
-        raise Outcome("compile_error", f"importing the candidate failed: "
-                      f"{type(e).__name__}: {e}"[:300]) from None
+        raise Outcome(
+            "compile_error", f"importing the candidate failed: {type(e).__name__}: {e}"[:300]
+        ) from None
     if not hasattr(mod, job["entry"]):
         raise Outcome("compile_error", f"the candidate does not define {job['entry']}")
     return mod
@@ -283,8 +330,10 @@ def _check(job: dict, state: tuple) -> dict:
     gc.disable()
     if job["mode"] == "verify":
         return verify(job, cases, mod)
-    impls = {"candidate": lambda case: partial(case.run, mod),
-             "baseline": lambda case: partial(case.run, base_mod)}
+    impls = {
+        "candidate": lambda case: partial(case.run, mod),
+        "baseline": lambda case: partial(case.run, base_mod),
+    }
     be = cases[0].be
     return time_all(job, cases, impls, be, watch_others=be.own_thread)
 

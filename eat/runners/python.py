@@ -25,8 +25,15 @@ from pathlib import Path
 
 from eat.cache import device_lock
 from eat.runners import sandbox
-from eat.runners.base import (VERIFIED_ONLY, Evaluation, Peaks, eat_pythonpath, read_result,
-                              source_hash, summarize)
+from eat.runners.base import (
+    VERIFIED_ONLY,
+    Evaluation,
+    Peaks,
+    eat_pythonpath,
+    read_result,
+    source_hash,
+    summarize,
+)
 from eat.runners.cpu import cpu_model
 from eat.runners.sets import again_if_sets_changed, grown, input_sets, sets_detail, source_key
 from eat.target import EvalConfig, Target
@@ -41,9 +48,9 @@ STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_
 _PROBES = {
     ("cpu", "torch"): "import torch; print(torch.__version__)",
     ("cuda", "torch"): "import torch; assert torch.cuda.is_available() and torch.version.cuda, "
-                       "'torch sees no CUDA device'; print(torch.cuda.get_device_name())",
+    "'torch sees no CUDA device'; print(torch.cuda.get_device_name())",
     ("rocm", "torch"): "import torch; assert torch.cuda.is_available() and torch.version.hip, "
-                       "'torch sees no ROCm device'; print(torch.cuda.get_device_name())",
+    "'torch sees no ROCm device'; print(torch.cuda.get_device_name())",
     ("mlx", "mlx"): "import mlx.core as mx; print(mx.default_device())",
 }
 _INSTALL = {"torch": "pip install 'eat[torch]'", "mlx": "pip install 'eat[mlx]'"}
@@ -54,8 +61,13 @@ def _probe(runner: str, framework: str, triton: bool) -> tuple[str | None, str]:
     """(why it cannot run, device description): a short child process, cached per process."""
     code = _PROBES[(runner, framework)] + ("; import triton" if triton else "")
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=120, env=os.environ | {"PYTHONWARNINGS": "ignore"})
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=os.environ | {"PYTHONWARNINGS": "ignore"},
+        )
     except subprocess.TimeoutExpired:
         return f"probing {framework} took over 120 s", ""
     if out.returncode == 0:
@@ -70,8 +82,9 @@ def _probe(runner: str, framework: str, triton: bool) -> tuple[str | None, str]:
 class PythonRunner:
     """Runner for Python candidates: `language` pytorch or triton (torch), or mlx."""
 
-    def __init__(self, name: str, language: str, peaks: Peaks | None = None,
-                 cpu: int | None = None):
+    def __init__(
+        self, name: str, language: str, peaks: Peaks | None = None, cpu: int | None = None
+    ):
         self.name, self.language, self.peaks = name, language, peaks
         self.framework = "mlx" if language == "mlx" else "torch"
         self.device_kind = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "mlx": "mlx"}[name]
@@ -91,20 +104,32 @@ class PythonRunner:
             return f"cpu: {cpu_model()} (core {self.cpu}, torch {what})"
         return f"{self.name}: {what}"
 
-    def evaluate(self, target: Target, source: str, *, config: EvalConfig | None = None,
-                 workdir: Path | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        target: Target,
+        source: str,
+        *,
+        config: EvalConfig | None = None,
+        workdir: Path | None = None,
+    ) -> Evaluation:
         cfg = config or target.evaluation
         return again_if_sets_changed(lambda: self._evaluate(target, source, cfg, workdir))
 
-    def _evaluate(self, target: Target, source: str, cfg: EvalConfig,
-                  workdir: Path | None) -> Evaluation:
-        ev = dict(target=target.name, runner=self.name, device=self.device,
-                  source_hash=source_hash(source))
+    def _evaluate(
+        self, target: Target, source: str, cfg: EvalConfig, workdir: Path | None
+    ) -> Evaluation:
+        ev = dict(
+            target=target.name,
+            runner=self.name,
+            device=self.device,
+            source_hash=source_hash(source),
+        )
         try:
             compile(source, "candidate.py", "exec")
         except (SyntaxError, ValueError) as e:
-            return Evaluation(status="compile_error", message=f"{type(e).__name__}: {e}",
-                              compile_log=str(e), **ev)
+            return Evaluation(
+                status="compile_error", message=f"{type(e).__name__}: {e}", compile_log=str(e), **ev
+            )
         durations: dict[str, float] = {}
         with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
             tmp = Path(tmp)
@@ -114,40 +139,67 @@ class PythonRunner:
             res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
             if res["status"] == "ok" and not cfg.timed:
-                return Evaluation(status="ok", message=VERIFIED_ONLY, stderr=run.stderr,
-                                  durations=durations, **ev)
+                return Evaluation(
+                    status="ok", message=VERIFIED_ONLY, stderr=run.stderr, durations=durations, **ev
+                )
             if res["status"] == "ok":
                 # The GPU runner's slot for device 0 (the one torch uses): one timing per GPU.
                 with device_lock(self.name if self.name in ("cpu", "mlx") else f"{self.name}0"):
                     t0 = time.monotonic()
-                    res, run = self._harness(job | {
-                        "mode": "time", "baseline": str(target.path(target.baseline.file)
-                                                         .resolve())}, tmp, cfg)
+                    res, run = self._harness(
+                        job
+                        | {
+                            "mode": "time",
+                            "baseline": str(target.path(target.baseline.file).resolve()),
+                        },
+                        tmp,
+                        cfg,
+                    )
                     durations["time_s"] = time.monotonic() - t0
             if res["status"] != "ok":
-                return Evaluation(status=res["status"], message=res["message"],
-                                  detail=res.get("detail", {}), stderr=run.stderr,
-                                  durations=durations, **ev)
+                return Evaluation(
+                    status=res["status"],
+                    message=res["message"],
+                    detail=res.get("detail", {}),
+                    stderr=run.stderr,
+                    durations=durations,
+                    **ev,
+                )
             summary = summarize(target, res["workloads"], self.peaks)
-            return Evaluation(status="ok", message="verified and timed", stderr=run.stderr,
-                              durations=durations, detail={"extra_cpu_s": res["extra_cpu_s"]}
-                              | sets_detail(job["sets"], cfg),
-                              **summary, **ev)
+            return Evaluation(
+                status="ok",
+                message="verified and timed",
+                stderr=run.stderr,
+                durations=durations,
+                detail={"extra_cpu_s": res["extra_cpu_s"]} | sets_detail(job["sets"], cfg),
+                **summary,
+                **ev,
+            )
 
     def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> dict:
         ref = target.reference
-        job = {"nonce": secrets.token_hex(16), "framework": self.framework,
-               "device": self.device_kind, "entry": target.entry.name,
-               "kind": target.entry.kind,
-               "reference": {"file": str(target.path(ref.file).resolve()),
-                             "function": ref.function, "inputs": ref.inputs,
-                             "init_inputs": ref.init_inputs},
-               "workloads": target.workloads, "tolerance": target.tolerance.model_dump(),
-               "config": cfg.model_dump(), "candidate": str(candidate),
-               "cpu": self.cpu if self.device_kind == "cpu" else None,
-               # Triton compiles with child processes (ptxas, a C compiler for its launcher).
-               "lock_down": not (cfg.allow_processes or self.language == "triton"),
-               "confine_writes": cfg.confine_writes, "unreadable": target.unreadable}
+        job = {
+            "nonce": secrets.token_hex(16),
+            "framework": self.framework,
+            "device": self.device_kind,
+            "entry": target.entry.name,
+            "kind": target.entry.kind,
+            "reference": {
+                "file": str(target.path(ref.file).resolve()),
+                "function": ref.function,
+                "inputs": ref.inputs,
+                "init_inputs": ref.init_inputs,
+            },
+            "workloads": target.workloads,
+            "tolerance": target.tolerance.model_dump(),
+            "config": cfg.model_dump(),
+            "candidate": str(candidate),
+            "cpu": self.cpu if self.device_kind == "cpu" else None,
+            # Triton compiles with child processes (ptxas, a C compiler for its launcher).
+            "lock_down": not (cfg.allow_processes or self.language == "triton"),
+            "confine_writes": cfg.confine_writes,
+            "unreadable": target.unreadable,
+        }
         return job | {"sets": self._input_sets(target, job, cfg)}
 
     def _input_sets(self, target: Target, job: dict, cfg: EvalConfig) -> dict:
@@ -157,15 +209,26 @@ class PythonRunner:
             version = importlib.metadata.version(self.framework)
         except importlib.metadata.PackageNotFoundError:
             version = None
-        return input_sets(target.name, [*source_key(job["reference"], target.root),
-                                        {k: v for k, v in decides.items() if k != "reference"},
-                                        version], decides | {"config": job["config"]},
-                          [sys.executable, "-m", "eat.runners.py_harness", "prepare"],
-                          self._env(), self._limits(cfg))
+        return input_sets(
+            target.name,
+            [
+                *source_key(job["reference"], target.root),
+                {k: v for k, v in decides.items() if k != "reference"},
+                version,
+            ],
+            decides | {"config": job["config"]},
+            [sys.executable, "-m", "eat.runners.py_harness", "prepare"],
+            self._env(),
+            self._limits(cfg),
+        )
 
     def _limits(self, cfg: EvalConfig) -> sandbox.Limits:
-        limits = sandbox.Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s,
-                                address_space_bytes=cfg.memory_mb << 20, max_output_chars=64_000)
+        limits = sandbox.Limits(
+            wall_s=cfg.timeout_s,
+            cpu_s=cfg.cpu_s,
+            address_space_bytes=cfg.memory_mb << 20,
+            max_output_chars=64_000,
+        )
         if self.device_kind == "cuda":
             # CUDA reserves far more address space than it uses: RLIMIT_AS would fail its start.
             limits.address_space_bytes, limits.data_bytes = None, cfg.memory_mb << 20
@@ -173,15 +236,20 @@ class PythonRunner:
 
     @staticmethod
     def _env() -> dict[str, str]:
-        return {var: os.environ[var] for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-                                                 "ROCR_VISIBLE_DEVICES") if var in os.environ}
+        return {
+            var: os.environ[var]
+            for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+            if var in os.environ
+        }
 
     def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
         extra = {"PYTHONPATH": eat_pythonpath()} | self._env() | STEADY_MALLOC
-        run = sandbox.run([sys.executable, "-m", "eat.runners.py_harness"], cwd=tmp,
-                          env=sandbox.clean_env(tmp, extra),
-                          limits=grown(self._limits(cfg), job["sets"], cfg, job["mode"]),
-                          stdin=json.dumps(job))
+        run = sandbox.run(
+            [sys.executable, "-m", "eat.runners.py_harness"],
+            cwd=tmp,
+            env=sandbox.clean_env(tmp, extra),
+            limits=grown(self._limits(cfg), job["sets"], cfg, job["mode"]),
+            stdin=json.dumps(job),
+        )
         run.stderr = sandbox.truncate(run.stderr, 4000)
         return read_result(job, run, cfg), run
-

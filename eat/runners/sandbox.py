@@ -40,9 +40,16 @@ def looks_secret(name: str) -> bool:
 def clean_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """An environment with only allow-listed variables and nothing that looks like a secret."""
     env = {k: v for k, v in os.environ.items() if _ENV_KEEP.match(k) and not looks_secret(k)}
-    env.update(HOME=str(workdir), TMPDIR=str(workdir), OMP_WAIT_POLICY="passive",
-               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
+    env.update(
+        HOME=str(workdir),
+        TMPDIR=str(workdir),
+        OMP_WAIT_POLICY="passive",
+        OPENBLAS_NUM_THREADS="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONHASHSEED="0",
+    )
     env.update(extra or {})
     return {k: v for k, v in env.items() if not looks_secret(k)}
 
@@ -109,15 +116,23 @@ def _preexec(limits: Limits):
     return apply
 
 
-def run(cmd: list[str], *, cwd: Path, env: dict[str, str], limits: Limits,
-        stdin: str = "") -> Completed:
+def run(
+    cmd: list[str], *, cwd: Path, env: dict[str, str], limits: Limits, stdin: str = ""
+) -> Completed:
     """Run `cmd` contained: new session, rlimits, wall-clock kill of the group, output capped."""
     start = time.monotonic()
     # Output goes to files, not pipes: a candidate that prints gigabytes must not fill our memory.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out,
-                                stderr=err, start_new_session=True,
-                                preexec_fn=_preexec(limits))
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=_preexec(limits),
+        )
         timed_out = False
         try:
             proc.communicate(stdin.encode(), timeout=limits.wall_s)
@@ -134,8 +149,14 @@ def run(cmd: list[str], *, cwd: Path, env: dict[str, str], limits: Limits,
             texts.append(truncate(raw.decode("utf-8", "replace"), limits.max_output_chars))
     rc = proc.returncode
     sig = signal.Signals(-rc).name if rc is not None and rc < 0 else None
-    return Completed(returncode=rc, stdout=texts[0], stderr=texts[1], wall_s=wall,
-                     timed_out=timed_out, signal_name=sig)
+    return Completed(
+        returncode=rc,
+        stdout=texts[0],
+        stderr=texts[1],
+        wall_s=wall,
+        timed_out=timed_out,
+        signal_name=sig,
+    )
 
 
 def _kill_group(pid: int) -> None:
@@ -150,21 +171,62 @@ def _kill_group(pid: int) -> None:
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 # Syscalls a kernel never needs. Numbers per architecture (see the kernel's syscall tables).
 _DENY = {
-    "x86_64": {"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
-               "tkill": 200, "reboot": 169, "kexec_load": 246, "init_module": 175,
-               "finit_module": 313, "delete_module": 176, "mount": 165, "umount2": 166,
-               "swapon": 167, "swapoff": 168, "process_vm_readv": 310,
-               "process_vm_writev": 311, "pidfd_send_signal": 424, "pidfd_open": 434,
-               "setns": 308, "unshare": 272, "chroot": 161, "pivot_root": 155,
-               "settimeofday": 164, "clock_settime": 227, "adjtimex": 159,
-               # io_uring runs file and socket operations the filter would never see.
-               "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
-    "aarch64": {"execve": 221, "execveat": 281, "ptrace": 117, "tkill": 130, "reboot": 142,
-                "kexec_load": 104, "init_module": 105, "finit_module": 273,
-                "delete_module": 106, "mount": 40, "umount2": 39, "process_vm_readv": 270,
-                "process_vm_writev": 271, "pidfd_send_signal": 424, "pidfd_open": 434,
-                "setns": 268, "unshare": 97, "chroot": 51, "pivot_root": 41,
-                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+    "x86_64": {
+        "fork": 57,
+        "vfork": 58,
+        "execve": 59,
+        "execveat": 322,
+        "ptrace": 101,
+        "tkill": 200,
+        "reboot": 169,
+        "kexec_load": 246,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "mount": 165,
+        "umount2": 166,
+        "swapon": 167,
+        "swapoff": 168,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "pidfd_send_signal": 424,
+        "pidfd_open": 434,
+        "setns": 308,
+        "unshare": 272,
+        "chroot": 161,
+        "pivot_root": 155,
+        "settimeofday": 164,
+        "clock_settime": 227,
+        "adjtimex": 159,
+        # io_uring runs file and socket operations the filter would never see.
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
+    "aarch64": {
+        "execve": 221,
+        "execveat": 281,
+        "ptrace": 117,
+        "tkill": 130,
+        "reboot": 142,
+        "kexec_load": 104,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
+        "mount": 40,
+        "umount2": 39,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "pidfd_send_signal": 424,
+        "pidfd_open": 434,
+        "setns": 268,
+        "unshare": 97,
+        "chroot": 51,
+        "pivot_root": 41,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
 }
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _CLONE3 = 435
@@ -188,10 +250,10 @@ def _bpf_program(arch: str, pid: int) -> bytes:
 
     allow = lambda: op(_RET_K, _RET_ALLOW)  # noqa: E731
     deny = lambda err=_EPERM: op(_RET_K, _RET_ERRNO | err)  # noqa: E731
-    op(_LD_W_ABS, 4)                       # seccomp_data.arch
+    op(_LD_W_ABS, 4)  # seccomp_data.arch
     op(_JEQ_K, _AUDIT_ARCH[arch], 1, 0)
-    deny()                                 # a foreign ABI (x32, i386) is refused outright
-    op(_LD_W_ABS, 0)                       # seccomp_data.nr
+    deny()  # a foreign ABI (x32, i386) is refused outright
+    op(_LD_W_ABS, 0)  # seccomp_data.nr
     for nr in _DENY[arch].values():
         op(_JEQ_K, nr, 0, 1)
         deny()
@@ -199,19 +261,19 @@ def _bpf_program(arch: str, pid: int) -> bytes:
     op(_JEQ_K, _CLONE3, 0, 1)
     deny(_ENOSYS)
     op(_JEQ_K, _CLONE[arch], 0, 4)
-    op(_LD_W_ABS, 16)                      # args[0] (low word): clone flags
+    op(_LD_W_ABS, 16)  # args[0] (low word): clone flags
     op(_JSET_K, _CLONE_THREAD, 0, 1)
     allow()
     deny()
     op(_JEQ_K, _SOCKET[arch], 0, 3 + len(_NET_FAMILIES))
-    op(_LD_W_ABS, 16)                      # args[0]: address family
+    op(_LD_W_ABS, 16)  # args[0]: address family
     for i, family in enumerate(_NET_FAMILIES):
         op(_JEQ_K, family, len(_NET_FAMILIES) - i, 0)
     allow()
     deny(_EACCES)
     for nr in _SELF_SIGNALS[arch].values():
         op(_JEQ_K, nr, 0, 4)
-        op(_LD_W_ABS, 16)                  # args[0]: target pid
+        op(_LD_W_ABS, 16)  # args[0]: target pid
         op(_JEQ_K, pid, 0, 1)
         allow()
         deny()
@@ -270,13 +332,17 @@ def landlock_abi() -> int:
 
 def containment() -> str:
     """What holds a candidate on this machine, in words (`eat doctor`)."""
-    seccomp = "seccomp" if platform.system() == "Linux" and platform.machine() in _AUDIT_ARCH \
+    seccomp = (
+        "seccomp"
+        if platform.system() == "Linux" and platform.machine() in _AUDIT_ARCH
         else "no seccomp filter"
+    )
     abi = landlock_abi()
     if not abi:
         return f"{seccomp}; no Landlock: candidates write wherever the user can"
     return f"{seccomp}; Landlock ABI {abi}: candidates write only in their own folder" + (
-        " and open no TCP connection" if abi >= 4 else "")
+        " and open no TCP connection" if abi >= 4 else ""
+    )
 
 
 # Reading a file and listing a folder (ABI 1): handled only where some paths are unreadable.
@@ -326,13 +392,17 @@ def confine(writable: list[str], unreadable: list[str] = (), network: bool = Fal
     read = _LL_READ_FILE | _LL_READ_DIR if unreadable else 0
     tcp = 0 if network or abi < 4 else _LL_TCP
     attr = struct.pack("=QQ", fs | read, tcp) if abi >= 4 else struct.pack("=Q", fs | read)
-    ruleset = _syscall(_LL_CREATE, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)),
-                       ctypes.c_uint32(0))
+    ruleset = _syscall(
+        _LL_CREATE, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)
+    )
     if ruleset < 0:
         return f"Landlock refused the ruleset: errno {ctypes.get_errno()}"
     trees, above = readable_around(list(unreadable))
-    rules = [(f, fs) for f in writable] + [(t, read) for t in trees] + \
-        [(a, _LL_READ_DIR) for a in above]
+    rules = (
+        [(f, fs) for f in writable]
+        + [(t, read) for t in trees]
+        + [(a, _LL_READ_DIR) for a in above]
+    )
     try:
         for folder, rights in rules:
             try:
@@ -345,8 +415,16 @@ def confine(writable: list[str], unreadable: list[str] = (), network: bool = Fal
                 if not stat.S_ISDIR(os.fstat(fd).st_mode):
                     rights &= _LL_FILE_RIGHTS  # a rule on a file takes only a file's rights
                 rule = struct.pack("=Qi", rights, fd)  # landlock_path_beneath_attr is packed
-                if _syscall(_LL_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_LL_PATH_BENEATH),
-                            ctypes.c_char_p(rule), ctypes.c_uint32(0)) != 0:
+                if (
+                    _syscall(
+                        _LL_ADD_RULE,
+                        ctypes.c_int(ruleset),
+                        ctypes.c_int(_LL_PATH_BENEATH),
+                        ctypes.c_char_p(rule),
+                        ctypes.c_uint32(0),
+                    )
+                    != 0
+                ):
                     return f"Landlock refused {folder}: errno {ctypes.get_errno()}"
             finally:
                 os.close(fd)

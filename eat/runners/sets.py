@@ -14,8 +14,8 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from eat.cache import PRUNE_EVERY_S, inputs_dir, max_bytes, maybe_prune, used
 from eat.runners import inputs, sandbox
@@ -32,16 +32,23 @@ _USED: dict[tuple[Path, tuple], float] = {}
 ROOM_SHARE = 4  # one workload's sets may take up to this share of the cache's cap (room())
 
 
-def input_sets(name: str, key: list, job: dict, command: list[str],
-               env: dict[str, str] | None = None, limits: sandbox.Limits | None = None) -> dict:
+def input_sets(
+    name: str,
+    key: list,
+    job: dict,
+    command: list[str],
+    env: dict[str, str] | None = None,
+    limits: sandbox.Limits | None = None,
+) -> dict:
     """The manifest of target `name`'s input sets ({"dir", "workloads"}): kept in this process,
     else by an earlier one beside the sets, else made by `command`, a child with no candidate
     in it that reads `job` (plus "dir") on stdin and answers as inputs.answer does.
 
     `key` is everything besides the file format and numpy that decides the sets' contents.
     """
-    digest = hashlib.sha256(json.dumps([inputs.VERSION, importlib.metadata.version("numpy"),
-                                        *key]).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(
+        json.dumps([inputs.VERSION, importlib.metadata.version("numpy"), *key]).encode()
+    ).hexdigest()[:16]
     folder = inputs_dir() / f"{name}-{digest}"
     sizes = tuple(job["config"][k] for k in ("seeds", "warmup", "max_repeats", "pool_mb"))
     slot = (folder, sizes)
@@ -92,9 +99,14 @@ def sets_detail(manifest: dict, cfg: EvalConfig) -> dict:
     """What an evaluation's detail says of its input sets where they are fewer than a run's
     default or made in the harness: per workload, how many distinct sets it verified and timed
     on, and where they came from; {} where every workload had all of them from the cache."""
-    rows = [{"verify": len(w["generate"]["verify"] if "generate" in w else w["verify"]),
-             "timed": len(w["generate"]["time"] if "generate" in w else w["time"]),
-             "made": "harness" if "generate" in w else "cache"} for w in manifest["workloads"]]
+    rows = [
+        {
+            "verify": len(w["generate"]["verify"] if "generate" in w else w["verify"]),
+            "timed": len(w["generate"]["time"] if "generate" in w else w["time"]),
+            "made": "harness" if "generate" in w else "cache",
+        }
+        for w in manifest["workloads"]
+    ]
     if all(r["made"] == "cache" and r["timed"] >= cfg.warmup + cfg.max_repeats for r in rows):
         return {}
     return {"input_sets": rows}
@@ -122,14 +134,21 @@ def _digest_of(folder: Path) -> str | None:
     return _DIGESTS[folder][1]
 
 
+def forget() -> None:
+    """Forget every input set this process knows, as a new process would: the next evaluation
+    reads their manifests (or makes them) again."""
+    with _SETS_LOCK:
+        _SETS.clear()
+        _USED.clear()
+
+
 def again_if_sets_changed(evaluate: Callable[[], Evaluation]) -> Evaluation:
     """evaluate(); where a harness found an input set changed on disk (SetsChanged), once more
     with the sets read anew (a changed file is made again): a second SetsChanged is raised."""
     try:
         return evaluate()
     except SetsChanged:
-        with _SETS_LOCK:
-            _SETS.clear()  # the manifests this process kept name files no longer there
+        forget()  # the manifests this process kept name files no longer there
         return evaluate()
 
 
@@ -145,8 +164,14 @@ def _mark_used(slot: tuple[Path, tuple]) -> None:
     _SETS.pop(slot, None)
 
 
-def _make(name: str, slot: tuple[Path, tuple], job: dict, command: list[str],
-          env: dict[str, str] | None, limits: sandbox.Limits | None) -> dict:
+def _make(
+    name: str,
+    slot: tuple[Path, tuple],
+    job: dict,
+    command: list[str],
+    env: dict[str, str] | None,
+    limits: sandbox.Limits | None,
+) -> dict:
     """The manifest of the sets `command` makes in the folder of `slot` (also kept there)."""
     (folder, sizes), cfg = slot, job["config"]
     limits = limits or sandbox.Limits(address_space_bytes=cfg["memory_mb"] << 20)
@@ -161,13 +186,25 @@ def _make(name: str, slot: tuple[Path, tuple], job: dict, command: list[str],
     if limits.data_bytes is not None:
         limits.data_bytes = max(limits.data_bytes, ram)
     env = sandbox.clean_env(folder.parent, {"PYTHONPATH": eat_pythonpath()} | (env or {}))
-    run = sandbox.run(command, cwd=folder.parent, env=env, limits=limits,
-                      stdin=json.dumps(job | {"dir": str(folder), "room": room()}))
-    made = next((json.loads(line[len(inputs.PROBE_TAG):]) for line in
-                 run.stdout.splitlines() if line.startswith(inputs.PROBE_TAG)), None)
+    run = sandbox.run(
+        command,
+        cwd=folder.parent,
+        env=env,
+        limits=limits,
+        stdin=json.dumps(job | {"dir": str(folder), "room": room()}),
+    )
+    made = next(
+        (
+            json.loads(line[len(inputs.PROBE_TAG) :])
+            for line in run.stdout.splitlines()
+            if line.startswith(inputs.PROBE_TAG)
+        ),
+        None,
+    )
     if made is None or "error" in made:
         why = made["error"] if made else (run.stderr.strip().splitlines() or ["died"])[-1]
-        raise HarnessError(f"target {name}: making its inputs with the reference "
-                           f"failed: {why[:300]}")
+        raise HarnessError(
+            f"target {name}: making its inputs with the reference failed: {why[:300]}"
+        )
     inputs.write_manifest(folder, sizes, made)
     return made | {"dir": str(folder)}

@@ -38,8 +38,10 @@ class Mismatch:
     def summary(self) -> str:
         idx = ",".join(map(str, self.first_index))
         err = "n/a" if self.max_abs_err is None else f"{self.max_abs_err:.3g}"
-        text = (f"{self.bad} of {self.total} elements off, max abs error {err}, "
-                f"first at [{idx}]: got {self.got:.6g}, want {self.want:.6g}")
+        text = (
+            f"{self.bad} of {self.total} elements off, max abs error {err}, "
+            f"first at [{idx}]: got {self.got:.6g}, want {self.want:.6g}"
+        )
         if self.unwritten:
             text += f"; {self.unwritten} never written"
         return text
@@ -83,15 +85,23 @@ def compare(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> Misma
         scale = float(np.abs(r[fin]).mean()) if fin.any() else 0.0
         with np.errstate(invalid="ignore"):
             err = np.abs(o - r)
-            ok = np.where(fin, err <= atol + rtol * (np.abs(r) + scale),
-                          (np.isnan(r) & np.isnan(o)) | (r == o))
+            ok = np.where(
+                fin,
+                err <= atol + rtol * (np.abs(r) + scale),
+                (np.isnan(r) & np.isnan(o)) | (r == o),
+            )
         unwritten = int((np.isnan(o) & ~np.isnan(r)).sum())
     if ok.all():
         return None
     bad_idx = np.argwhere(~ok)
     first = tuple(bad_idx[0])
     finite_err = err[~ok & np.isfinite(err)]
-    return Mismatch(bad=len(bad_idx), total=out.size, unwritten=unwritten,
-                    max_abs_err=float(finite_err.max()) if finite_err.size else None,
-                    first_index=[int(i) for i in first], got=float(out[first]),
-                    want=float(ref[first]))
+    return Mismatch(
+        bad=len(bad_idx),
+        total=out.size,
+        unwritten=unwritten,
+        max_abs_err=float(finite_err.max()) if finite_err.size else None,
+        first_index=[int(i) for i in first],
+        got=float(out[first]),
+        want=float(ref[first]),
+    )

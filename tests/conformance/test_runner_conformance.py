@@ -22,7 +22,8 @@ from pathlib import Path
 import fake_gpu
 import pytest
 
-from eat.runners.base import STATUSES, Evaluation, Runner, runner_for
+from eat.runners import runner_for
+from eat.runners.base import STATUSES, Evaluation, Runner
 from eat.runners.sandbox import landlock_abi
 from eat.target import Target, geomean, load_target
 
@@ -31,21 +32,21 @@ KITS_DIR = Path(__file__).parent / "kits"
 # What every runner must say about each behaviour. A kit may narrow or widen an entry
 # (Kit(..., expect=EXPECT | {...})) but not drop one.
 EXPECT: dict[str, frozenset[str]] = {
-    "baseline": frozenset({"ok"}),           # the baseline itself: speedup ~1
-    "faster": frozenset({"ok"}),             # correct and clearly faster
-    "wrong": frozenset({"incorrect"}),       # plausible but wrong numbers
+    "baseline": frozenset({"ok"}),  # the baseline itself: speedup ~1
+    "faster": frozenset({"ok"}),  # correct and clearly faster
+    "wrong": frozenset({"incorrect"}),  # plausible but wrong numbers
     "syntax_error": frozenset({"compile_error"}),
     "segfault": frozenset({"crash"}),
     "infinite_loop": frozenset({"timeout"}),
     "writes_input": frozenset({"rejected"}),  # right output, but scribbles on a const input
-    "one_shape": frozenset({"incorrect"}),    # right for one workload only
-    "constant": frozenset({"incorrect"}),     # writes every element, with a constant
+    "one_shape": frozenset({"incorrect"}),  # right for one workload only
+    "constant": frozenset({"incorrect"}),  # writes every element, with a constant
     "detached_thread": frozenset({"incorrect", "rejected"}),  # work escapes the call
     "stale_cache": frozenset({"incorrect"}),  # replays the first answer for a size
     "fork_bomb": frozenset({"crash", "timeout"}),
     "huge_alloc": frozenset({"crash", "timeout"}),
     "background_spinner": frozenset({"rejected"}),  # right, but leaves a thread burning CPU
-    "slower": frozenset({"ok"}),              # correct, just slow: timed, never rejected
+    "slower": frozenset({"ok"}),  # correct, just slow: timed, never rejected
     "memo_by_address": frozenset({"incorrect", "rejected"}),  # replays results per buffer address
     # Replays results keyed on two input values and the shape: right on any input it computed,
     # so it may be ok, but timed calls get inputs it has not seen, so it gains nothing.
@@ -124,9 +125,14 @@ KITS: list[Kit] = [
     # The same PyTorch candidates on a CUDA (or ROCm) GPU; skipped, with the reason, without one.
     Kit("torch_cuda", ".py", borrows="torch_cpu", messages=PY_MESSAGES),
     # CUDA C++ on a real NVIDIA GPU; skipped, with the runner's reason, on machines without one.
-    Kit("cuda", ".cu", messages=C_MESSAGES | {
-        "segfault": r"illegal (memory access|address)",  # the runtime's own words
-    }),
+    Kit(
+        "cuda",
+        ".cu",
+        messages=C_MESSAGES
+        | {
+            "segfault": r"illegal (memory access|address)",  # the runtime's own words
+        },
+    ),
     # The GPU runner's pipeline on the FAKE runtime of tests/fake_gpu (host memory, plain C++
     # candidates built by g++): runs everywhere, proves the harness, says nothing about GPUs.
     Kit("cuda_fake", ".cu", env=fake_gpu.runtime_env, messages=C_MESSAGES),
@@ -172,7 +178,7 @@ def _proc_table() -> dict[int, tuple[int, str]]:
             stat = (d / "stat").read_text()
         except OSError:
             continue
-        state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
         table[int(d.name)] = (int(ppid), state)
     return table
 
@@ -192,8 +198,13 @@ def _descendants(table: dict[int, tuple[int, str]], root: int) -> set[int]:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            "utf-8", "replace").strip()
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode("utf-8", "replace")
+            .strip()
+        )
     except OSError:
         return "?"
 
@@ -219,8 +230,11 @@ def _live_processes(workdir: str, before: set[int]) -> dict[int, str]:
     table = _proc_table()
     live = {pid for pid, (_, state) in table.items() if state not in "ZX"}
     new_kids = _descendants(table, os.getpid()) - before
-    return {pid: _cmdline(pid) for pid in live
-            if pid != os.getpid() and (pid in new_kids or _tied_to(pid, workdir))}
+    return {
+        pid: _cmdline(pid)
+        for pid in live
+        if pid != os.getpid() and (pid in new_kids or _tied_to(pid, workdir))
+    }
 
 
 def _leftovers(workdir: str, before: set[int], grace_s: float = 5.0) -> dict[int, str]:
@@ -267,13 +281,21 @@ def _evaluate(kit: Kit, behaviour: str, tmp_path_factory) -> Judged:
         t0 = time.monotonic()
         ev = runner.evaluate(target, source, config=target.evaluation, workdir=workdir)
         wall = time.monotonic() - t0
-    return Judged(target=target, runner=runner, ev=ev, wall_s=wall,
-                  leftovers=_leftovers(str(workdir), before), workdir=workdir)
+    return Judged(
+        target=target,
+        runner=runner,
+        ev=ev,
+        wall_s=wall,
+        leftovers=_leftovers(str(workdir), before),
+        workdir=workdir,
+    )
 
 
 def _describe(ev: Evaluation) -> str:
-    return (f"status={ev.status!r} speedup={ev.speedup} message={ev.message!r} "
-            f"stderr={ev.stderr[-500:]!r}")
+    return (
+        f"status={ev.status!r} speedup={ev.speedup} message={ev.message!r} "
+        f"stderr={ev.stderr[-500:]!r}"
+    )
 
 
 # -- the tests -----------------------------------------------------------------------------------
@@ -290,8 +312,9 @@ def test_kit_is_complete(kit: Kit):
     assert all(kit.expect[b] and kit.expect[b] <= set(STATUSES) for b in kit.expect)
     assert kit.source("baseline") == target.baseline_source()
     assert set(kit.messages) <= set(kit.expect) and set(kit.known_gaps) <= set(kit.expect)
-    assert len({tuple(sorted(w.items())) for w in target.workloads}) >= 2, \
+    assert len({tuple(sorted(w.items())) for w in target.workloads}) >= 2, (
         "one_shape needs several workloads"
+    )
 
 
 @pytest.mark.parametrize("kit, behaviour", _cases(judges_status=True))
@@ -306,8 +329,9 @@ def test_status(judge, kit: Kit, behaviour: str):
         assert ev.speedup is None and not ev.workloads, "a failed candidate gets no speedup"
 
 
-@pytest.mark.parametrize("kit, behaviour",
-                         _cases(lambda kit, b: b in kit.messages, judges_status=True))
+@pytest.mark.parametrize(
+    "kit, behaviour", _cases(lambda kit, b: b in kit.messages, judges_status=True)
+)
 def test_message_gives_the_reason(judge, kit: Kit, behaviour: str):
     """The message names the actual problem (the compiler's error, the signal, the argument)."""
     ev = judge(kit, behaviour).ev
@@ -315,13 +339,17 @@ def test_message_gives_the_reason(judge, kit: Kit, behaviour: str):
     if ev.status == "compile_error":
         assert "error" in (ev.message + ev.compile_log).lower(), _describe(ev)
         text += "\n" + ev.compile_log
-    assert re.search(kit.messages[behaviour], text), \
+    assert re.search(kit.messages[behaviour], text), (
         f"/{kit.messages[behaviour]}/ not in {text[-2000:]!r}"
+    )
 
 
-@pytest.mark.parametrize("kit, behaviour",
-                         _cases(lambda kit, b: b in ("baseline", "faster", "slower",
-                                                     "memo_by_content"), judges_status=True))
+@pytest.mark.parametrize(
+    "kit, behaviour",
+    _cases(
+        lambda kit, b: b in ("baseline", "faster", "slower", "memo_by_content"), judges_status=True
+    ),
+)
 def test_speedup(judge, kit: Kit, behaviour: str):
     """The baseline is timed level with itself; clearly faster or slower ones are measured so;
     a memo of earlier answers gains nothing (a replay would be many times the baseline)."""
@@ -348,8 +376,11 @@ def test_speedup(judge, kit: Kit, behaviour: str):
         assert ev.speedup < low, _describe(ev)
 
 
-@pytest.mark.skipif(landlock_abi() < 1, reason="this kernel has no Landlock: candidates "
-                    "can write wherever the user can (docs/ARCHITECTURE.md, threat model)")
+@pytest.mark.skipif(
+    landlock_abi() < 1,
+    reason="this kernel has no Landlock: candidates "
+    "can write wherever the user can (docs/ARCHITECTURE.md, threat model)",
+)
 @pytest.mark.parametrize("kit, behaviour", _cases(lambda kit, b: b == "writes_outside"))
 def test_writes_stay_in_its_folder(judge, kit: Kit, behaviour: str):
     """A candidate changes no file outside its own folder: not the evaluation's folder, and so
@@ -365,8 +396,9 @@ def test_writes_outside_land_with_confine_writes_off(tmp_path):
     kit = next(k for k in KITS if k.name == "cpu")
     target = load_target(kit.path)
     cfg = target.evaluation.model_copy(update={"confine_writes": False})
-    ev = runner_for(target).evaluate(target, kit.source("writes_outside"), config=cfg,
-                                     workdir=tmp_path)
+    ev = runner_for(target).evaluate(
+        target, kit.source("writes_outside"), config=cfg, workdir=tmp_path
+    )
     assert ev.status == "ok", _describe(ev)
     assert (tmp_path / "escaped").read_text().startswith("written by a candidate")
 

@@ -29,8 +29,20 @@ def build_runtime(variant: str = "cuda") -> Path:
     if not out.exists():
         out.parent.mkdir(exist_ok=True)
         tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", *_VARIANTS[variant], "-o", str(tmp),
-                        str(HERE / "fakert.c"), "-lpthread"], check=True)
+        subprocess.run(
+            [
+                "gcc",
+                "-shared",
+                "-fPIC",
+                "-O2",
+                *_VARIANTS[variant],
+                "-o",
+                str(tmp),
+                str(HERE / "fakert.c"),
+                "-lpthread",
+            ],
+            check=True,
+        )
         os.replace(tmp, out)
     return out
 
