@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from eat.agents.base import Agent
 from eat.config import RunConfig
@@ -14,6 +14,8 @@ from eat.runners.base import Runner
 from eat.state import RunState
 from eat.target import EvalConfig, Target
 from eat.workspace import Workspace
+
+E = TypeVar("E", bound=Event)
 
 
 @dataclass
@@ -64,12 +66,12 @@ class RunContext:
         thread waits for it)."""
         return self.executor.on_main(fn) if self.executor else fn()
 
-    def record(self, event: Event) -> Event:
+    def record(self, event: E) -> E:
         """Append to the log (durably), fold into the state, tell the display; from a turn on
         a worker thread, the main thread does it (the log has one writer)."""
         return self.on_main(lambda: self._record(event))
 
-    def _record(self, event: Event) -> Event:
+    def _record(self, event: E) -> E:
         if getattr(event, "type", "") == "candidate_evaluated":
             self.outages = 0
         event.elapsed_s = self.elapsed()

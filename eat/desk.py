@@ -17,12 +17,12 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eat.agents.base import Proposal, start_candidate
 from eat.budget import why_stop
 from eat.errors import BadInput
-from eat.events import AttemptFailed, CandidateChecked
+from eat.events import AttemptFailed, CandidateChecked, CandidateEvaluated
 from eat.llm import redact
 from eat.runners.base import Evaluation, source_hash
 from eat.workspace import Paths, write_atomic
@@ -37,7 +37,7 @@ def reply_of(ev: Evaluation, **extra) -> dict:
     """What an agent is told about an evaluation: status, speedup, per-workload lines (times,
     throughput, fraction of peak) and, when it failed, why (with the compiler's or harness's
     words)."""
-    out = {
+    out: dict[str, Any] = {
         "status": ev.status,
         "speedup": ev.speedup,
         "message": ev.message,
@@ -57,7 +57,7 @@ class Desk:
         self.turn, self.ctx, self.parent = turn, turn.ctx, parent
         self.cfg = turn.ctx.config
         self.steps = self.submitted = 0
-        self.last = None  # the turn's latest CandidateEvaluated
+        self.last: CandidateEvaluated | None = None  # the turn's latest
         self.started = time.monotonic()
         self.hard = False
 

@@ -435,6 +435,10 @@ def _version(
         return "present, but failed to run"
 
 
+def _round1(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 def machine_report(refresh: bool = False) -> dict:
     """Everything `eat doctor` prints: hardware, toolchains, optional extras and peaks."""
     blas = "unknown"
@@ -463,10 +467,10 @@ def machine_report(refresh: bool = False) -> dict:
             name: importlib.util.find_spec(name) is not None
             for name in ("torch", "triton", "ray", "mlx")
         },
-        "peak_gflops_1core": peaks and round(peaks.gflops, 1),
-        "peak_gbps_1core": peaks and round(peaks.gbps, 1),
-        "peak_gflops_gpu": gpu and round(gpu.gflops, 1),
-        "peak_gbps_gpu": gpu and round(gpu.gbps, 1),
+        "peak_gflops_1core": _round1(peaks.gflops) if peaks else None,
+        "peak_gbps_1core": _round1(peaks.gbps) if peaks else None,
+        "peak_gflops_gpu": _round1(gpu.gflops) if gpu else None,
+        "peak_gbps_gpu": _round1(gpu.gbps) if gpu else None,
         "gpu_peaks_note": gpu_why,
         "containment": containment(),
         "agents": agent_fence(),

@@ -262,7 +262,7 @@ Event = Annotated[
 EVENT = TypeAdapter(Event)
 
 
-def parse_event(line: str) -> Event:
+def parse_event(line: str | bytes) -> Event:
     """One log line to its typed event; raises pydantic.ValidationError or ValueError."""
     return EVENT.validate_json(line)
 

@@ -48,6 +48,7 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
                 )
         else:
             s = lesson.scored
+            assert s is not None  # a lesson is a new best or a scored restructure
             verdict = "helped" if s.helped else "did not help"
             by = f", by {s.by}" if s.by else ""
             text = (

@@ -159,8 +159,11 @@ def rate_limited(exc: BaseException) -> bool:
 def _retry_after(exc: BaseException) -> float | None:
     """The server's Retry-After, in seconds, when its answer carried one."""
     headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    value = headers.get("retry-after")
+    if value is None:
+        return None
     try:
-        return float(headers.get("retry-after"))
+        return float(value)
     except (TypeError, ValueError):
         return None
 
@@ -172,7 +175,7 @@ class LLMClient:
     def __init__(
         self,
         settings: LLMSettings,
-        record: Callable[[Call], None],
+        record: Callable[[Call], object],
         refuse: Callable[[], str | None] = lambda: None,
         sleep: Callable[[float], None] = time.sleep,
         gate: Gate | None = None,

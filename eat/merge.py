@@ -21,6 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 KEEP_S = 10.0  # how long a swapped-out file and people's newly read lines are kept
@@ -147,7 +148,7 @@ def _late_saves(path: Path, seen: _People, people: Callable[[str], str]) -> None
         if where == path:
             landed = _pread_all(fd)
             if landed != text:
-                seen.observe(_settled(lambda fd=fd: _pread_all(fd), landed), people)
+                seen.observe(_settled(partial(_pread_all, fd), landed), people)
                 text = landed
         if now - at < KEEP_S and len(_swapped) - i <= KEEP_FILES:
             kept.append((where, fd, text, at))
@@ -171,11 +172,11 @@ def merge_write(
         key = path.resolve()
         written = _written.setdefault(key, deque(maxlen=8))
         seen = _seen.setdefault(key, _People()) if people else None
-        if seen:
+        if seen and people:
             _late_saves(key, seen, people)
 
         def merged(text: str | None) -> str | None:
-            if seen:
+            if seen and people:
                 seen.observe(text, people)
                 text = seen.restore(text)
             return text
@@ -210,7 +211,7 @@ def merge_write(
             wrote = True
             fd = os.open(tmp, os.O_RDONLY)  # what we swapped out: a save in place that opened
             tmp.unlink()  # it just before may still write into it
-            old = _whole(lambda fd=fd: _pread_all(fd))
+            old = _whole(partial(_pread_all, fd))
             if seen:
                 _swapped.append((key, fd, old, time.monotonic()))
             else:

@@ -177,6 +177,7 @@ def team_repeating(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau |
 
 def team_stalled(state: RunState, team: Team, cfg: PlateauConfig) -> Plateau | None:
     """No gain above the noise threshold in the team's last `team_window` evaluations."""
+    assert cfg.team_window is not None  # the windows are resolved (RunConfig.windows)
     if not _due(state, ("team", team.id, "stalled"), team.since_improvement, cfg.team_window):
         return None
     tried = state.recent_of(team.id, team.since_improvement)
@@ -212,7 +213,7 @@ def team_exhausted(state: RunState, team: Team) -> Plateau | None:
 
 def teams_converged(state: RunState) -> list[Plateau]:
     """Low diversity: two active teams whose bests are the same configuration."""
-    seen: dict[str, Team] = {}
+    seen: dict[str, tuple[Team, Candidate]] = {}
     found = []
     for team in state.active_teams():
         if not team.best or not _due(
@@ -222,7 +223,7 @@ def teams_converged(state: RunState) -> list[Plateau]:
         # Knob-less candidates (an LLM's) are the same configuration only with the same source.
         key = repr(sorted(team.best.knobs.items())) if team.best.knobs else team.best.source_hash
         if key in seen:
-            other = seen[key]
+            other, other_best = seen[key]
             found.append(
                 Plateau(
                     "team",
@@ -231,20 +232,21 @@ def teams_converged(state: RunState) -> list[Plateau]:
                     team.since_improvement,
                     team.best_estimate,
                     state.threshold(),
-                    [team.best.cid, other.best.cid],
+                    [team.best.cid, other_best.cid],
                     f"its best is the same configuration as team {other.id}'s",
                 )
             )
         else:
-            seen[key] = team
+            seen[key] = (team, team.best)
     return found
 
 
 def run_stalled(state: RunState, cfg: PlateauConfig) -> Plateau | None:
     """No gain above the noise threshold anywhere in the run's last `run_window` evaluations."""
-    if state.best is None or not _due(
-        state, ("run", None, "stalled"), state.since_improvement, cfg.run_window
-    ):
+    if state.best is None:
+        return None
+    assert cfg.run_window is not None  # the windows are resolved (RunConfig.windows)
+    if not _due(state, ("run", None, "stalled"), state.since_improvement, cfg.run_window):
         return None
     tried = state.recent_of(None, state.since_improvement)
     return Plateau(

@@ -69,6 +69,7 @@ def write_report(workspace: Path, out: Path | None = None) -> Path:
 class Facts:
     """The series the charts draw, folded from the log in one pass."""
 
+    state: RunState  # the log folded as `eat status` does
     teams: dict[str, str] = field(default_factory=dict)  # team -> color
     team_points: dict[str, list] = field(default_factory=dict)  # team -> [(x, best, event)]
     run_points: list = field(default_factory=list)  # [(x, run best)]
@@ -77,7 +78,6 @@ class Facts:
     restructures: list = field(default_factory=list)  # [(x, event)]
     scores: dict[int, RestructureScored] = field(default_factory=dict)
     llm: list[LLMCalled] = field(default_factory=list)
-    state: RunState | None = None
     stopped: RunStopped | None = None  # the last session's end, None while one runs or crashed
 
     @property
@@ -89,7 +89,8 @@ class Facts:
 def collect(events, config) -> Facts:
     """Fold the events as `eat status` does, noting each team's and the run's best after
     every candidate (re-times and noise thresholds included, so the lines agree with it)."""
-    state, facts = RunState(config.windows()), Facts()
+    state = RunState(config.windows())
+    facts = Facts(state=state)
     for e in events:
         state.apply(e)
         x = state.evaluations
@@ -115,7 +116,6 @@ def collect(events, config) -> Facts:
                 facts.stopped = e
             case RunResumed():
                 facts.stopped = None
-    facts.state = state
     return facts
 
 
@@ -261,13 +261,13 @@ def progress_chart(f: Facts) -> str:
         for x, e in marks:
             cx = plot.sx(x)
             s = 5
-            pts = (
+            corners = (
                 f"{cx - s},{y - s} {cx + s},{y - s} {cx},{y + s}"
                 if shape == "tri"
                 else f"{cx},{y - s} {cx + s},{y} {cx},{y + s} {cx - s},{y}"
             )
             body.append(
-                f'<polygon class="{label}" data-mark="1" points="{pts}" fill="{color}" '
+                f'<polygon class="{label}" data-mark="1" points="{corners}" fill="{color}" '
                 f'fill-opacity="0.75">{_title(f"after {x} candidates: {describe(e)}")}'
                 "</polygon>"
             )
@@ -300,7 +300,7 @@ def lineage_chart(f: Facts) -> str:
             stack.extend((k, False) for k in reversed(kids))
     step = max(3.0, min(16.0, 900 / max(rows, 1)))
     plot = Plot((0, max(len(f.candidates), 1)), (0, 1), h=int(rows * step + 70), top=20)
-    order = {c.candidate: i + 1 for i, c in enumerate(f.candidates)}
+    order: dict[str | None, int] = {c.candidate: i + 1 for i, c in enumerate(f.candidates)}
     order[None] = 0
 
     def x(cid: str | None) -> float:
@@ -445,7 +445,9 @@ def llm_charts(calls: list[LLMCalled]) -> str:
 
 def markdown(text: str) -> str:
     """Headings, lists, paragraphs, `code` and **bold**; everything escaped first."""
-    html, items, para = [], [], []
+    html: list[str] = []
+    items: list[str] = []
+    para: list[str] = []
 
     def inline(s: str) -> str:
         s = escape(s)
@@ -625,7 +627,7 @@ def render(ws: Workspace) -> str:
     else:
         sections.append(("Best speedup over evaluations", "<p>No candidate evaluated yet.</p>"))
     result = _best_result(ws, f) if f.best else None
-    if result and result.get("workloads"):
+    if f.best and result and result.get("workloads"):
         vendor = f" Vendor: {escape(result['vendor'])}." if result.get("vendor") else ""
         missing = [
             what

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eat.events import Event, Restructured, RestructureScored, TeamSpawned
+from eat.events import Restructured, RestructureScored, TeamSpawned
 from eat.plateau import Plateau, climbed, is_local, optima, promising_regions
-from eat.state import Candidate, RunState
+from eat.state import Candidate, RunState, known_estimate
 
 OPS = ("spawn", "retire", "fork", "redirect", "recompose", "rebalance")
 # Restart options, and how much the rules trust each before this run has scored any: a model
@@ -127,7 +127,7 @@ class Plan:
     def __init__(self, state: RunState, limits: Limits, values: dict[str, float]):
         self.state, self.limits, self.values = state, limits, values
         self.ops: list[Operation] = []
-        self.touched: set[str] = set()
+        self.touched: set[str | None] = set()  # the teams changed this step
         self.active = len(state.active_teams())
         self.spawned = len(state.teams)
         self.starts = {t.start_from for t in state.active_teams()} - {None}
@@ -259,7 +259,7 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
             params=params,
         )
     )
-    if replacing:
+    if replacing and team is not None:
         plan.add(Operation("retire", "replaced: " + d.cause, p.evidence, team=team.id))
 
 
@@ -321,7 +321,7 @@ def rule_recompose(d: Diagnosis, plan: Plan) -> None:
     """An LLM team keeps failing: give it the members that catch failures (a debugger for
     failed builds and mismatches, a reviewer before each evaluation); an offline team, or
     one that has them, is redirected instead."""
-    team = plan.state.teams[d.plateau.team]
+    team = plan.state.teams[d.plateau.team or ""]
     missing = [r for r in ("debugger", "reviewer") if r not in team.roles]
     if not plan.limits.llm or not missing or not team.roles:
         return rule_redirect(d, plan)
@@ -340,7 +340,7 @@ def rule_recompose(d: Diagnosis, plan: Plan) -> None:
 def rule_redirect(d: Diagnosis, plan: Plan) -> None:
     """Point a team elsewhere: another strategy, from the elite."""
     p = d.plateau
-    team = plan.state.teams[p.team]
+    team = plan.state.teams[p.team or ""]
     elite = plan.state.best
     strategy = "explorer" if team.strategy != "explorer" else "refiner"
     start = elite.cid if elite else None
@@ -384,7 +384,7 @@ def rule_retire(d: Diagnosis, plan: Plan) -> None:
 def rule_refocus(d: Diagnosis, plan: Plan, restart: bool = True) -> None:
     """A global search keeps picking the regions already found: keep it out of them, so its
     picks go where no team has looked; with nothing new to keep out of, restart."""
-    team = plan.state.teams[d.plateau.team]
+    team = plan.state.teams[d.plateau.team or ""]
     new = [c.cid for c in optima(plan.state) if c.cid not in team.avoid]
     if not new:
         return rule_restart(d, plan) if restart else None
@@ -434,10 +434,10 @@ def _new_team_id(state: RunState, preset: str) -> str:
 
 def operation_events(
     op: Operation, state: RunState, key: str, seed: int, presets: dict[str, Any]
-) -> list[Event]:
+) -> list[TeamSpawned | Restructured]:
     """The events that record `op` (a spawn or fork also spawns its team)."""
     params = {**op.params, "key": key}
-    events: list[Event] = []
+    events: list[TeamSpawned | Restructured] = []
     team = op.team
     if op.op in ("spawn", "fork"):
         preset = presets[params["preset"]]
@@ -486,11 +486,11 @@ def score(state: RunState, window: int) -> list[RestructureScored]:
                 for t in teams
                 if t.best and t.best.seq > p.seq and t.best.estimate is not None
             ),
-            key=lambda c: c.estimate,
+            key=known_estimate,
             default=None,
         )
         helped = found is not None and (
-            p.best_before is None or found.estimate > p.best_before * (1 + threshold)
+            p.best_before is None or known_estimate(found) > p.best_before * (1 + threshold)
         )
         verdicts.append(
             RestructureScored(
@@ -498,7 +498,7 @@ def score(state: RunState, window: int) -> list[RestructureScored]:
                 helped=helped,
                 best_before=p.best_before,
                 best_after=state.best_speedup,
-                by=found.cid if helped else None,
+                by=found.cid if found is not None and helped else None,
             )
         )
     return verdicts

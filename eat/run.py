@@ -49,8 +49,10 @@ def default_workspace(target: Target) -> Path:
 
 def _runner_for(target: Target, given: Runner | None, config: RunConfig) -> Runner:
     """The runner given (tests, benchmarks), else the target's: here, or in a Ray actor."""
-    runner = given
-    if runner is None:
+    runner: Runner
+    if given is not None:
+        runner = given
+    else:
         from eat.cache import max_bytes
         from eat.doctor import load_peaks
 
@@ -84,7 +86,8 @@ def _make_agent_factory(
 ):
     """(team, ctx) -> its agent: offline knob search (from the skill's configurations, if
     given), or the LLM agent with each role's model (the skill is in its prompts)."""
-    for model in {config.model, config.supervisor_model} - {"offline", None}:
+    models = {m for m in (config.model, config.supervisor_model) if m is not None}
+    for model in models - {"offline"}:
         check_model(model, config.api_base)
     runtimes = (
         {config.agent}
@@ -119,7 +122,7 @@ def _make_agent_factory(
             or (r.agent == "auto" and config.model != "offline")
         }
         if not llm_roles:
-            return OfflineAgent(target, seed=config.seed, skill=skill and skill.data)
+            return OfflineAgent(target, seed=config.seed, skill=skill.data if skill else None)
 
         def client_for(role: str) -> LLMClient:
             r = roles.get(role)
@@ -189,18 +192,18 @@ def start_run(
     knob space, copied into the workspace (resume reads the copy) and given to every agent."""
     target = load_target(target_path)
     config = make_config(target=str(Path(target_path).resolve()), **overrides)
-    given, skill = skill, load_skill(skill, target) if skill is not None else None
+    loaded = load_skill(skill, target) if skill is not None else None
     presets = load_presets()
     for name in config.start_teams():
         if name not in presets:
             raise BadInput(f"team preset {name!r} not found (have: {', '.join(presets)})")
-    make_agent = make_agent or _make_agent_factory(config, target, presets, skill)
+    make_agent = make_agent or _make_agent_factory(config, target, presets, loaded)
     owned, runner = runner is None, _runner_for(target, runner, config)
     try:
         ws = Workspace.create(workspace or default_workspace(target), config)
         with ws.lock():
-            if skill:
-                write_atomic(ws.paths.skill, skill.text)
+            if loaded:
+                write_atomic(ws.paths.skill, loaded.text)
             sealed = snapshot(target.root, ws.paths.target_copy, (ws.paths.root,))
             ctx = _context(
                 ws,
@@ -215,7 +218,7 @@ def start_run(
                 sleep=sleep,
                 sealed=sealed,
             )
-            _begin(ctx, skill_record(skill, given) if skill else None)
+            _begin(ctx, skill_record(loaded, skill) if loaded and skill else None)
             return ws.paths.root, _loop(ctx)
     finally:
         if owned:  # a runner the caller gave is the caller's to end
@@ -275,6 +278,7 @@ def _begin(ctx: RunContext, skill: dict | None = None) -> None:
     """Record the run's start and its first teams (also when a crash cut `start` short)."""
     config, target = ctx.config, ctx.target
     if ctx.state.seq == 0:
+        assert isinstance(ctx.runner, Guarded)  # _context guards the runner with the seal
         ctx.record(
             RunStarted(
                 target=target.name,

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, ValidationError
 from eat import learning
 from eat.errors import BadInput, read_file
 from eat.events import speedup_text
-from eat.state import Candidate, RunState
+from eat.state import Candidate, RunState, known_estimate
 from eat.target import Target, load_target
 from eat.workspace import Workspace, source_name, write_atomic
 
@@ -125,13 +125,13 @@ def top_configs(state: RunState, n: int = TOP) -> list[Config]:
     seen, out = set(), []
     ranked = sorted(
         (c for c in state.candidates.values() if c.estimate is not None),
-        key=lambda c: (-c.estimate, c.index),
+        key=lambda c: (-known_estimate(c), c.index),
     )
     for c in ranked:
         key = json.dumps(c.knobs, sort_keys=True) if c.knobs else c.source_hash
         if key not in seen:
             seen.add(key)
-            out.append(Config(candidate=c.cid, speedup=round(c.estimate, 4), knobs=c.knobs))
+            out.append(Config(candidate=c.cid, speedup=round(known_estimate(c), 4), knobs=c.knobs))
     return out[:n]
 
 
@@ -143,6 +143,7 @@ def held(state: RunState) -> tuple[list[tuple[str, list[str]]], int]:
         if lesson.scored is not None:
             ok = lesson.scored.helped
         else:
+            assert lesson.new is not None  # a lesson is a new best or a scored restructure
             new, old = lesson.new.estimate, lesson.old.estimate if lesson.old else None
             ok = new is not None and (old is None or new > old)
         if ok:
@@ -172,6 +173,7 @@ def _slug(text: str) -> str:
 def render(state: RunState, target: Target, source: str | None = None) -> str:
     """The SKILL.md of a run: front matter, the markdown, the ```yaml block."""
     best = state.best
+    assert best is not None  # export() refuses a run without a verified candidate
     top = top_configs(state)
     data = SkillData(
         target=target.name,

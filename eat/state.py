@@ -91,6 +91,13 @@ class Candidate:
         return statistics.median(self.measurements)
 
 
+def known_estimate(c: Candidate) -> float:
+    """The estimate of a candidate known to have one (a leader, one picked for its estimate):
+    the key to rank such candidates by."""
+    assert c.estimate is not None, f"{c.cid} has no estimate"
+    return c.estimate
+
+
 @dataclass
 class Team:
     id: str
@@ -245,7 +252,7 @@ class RunState:
         """A copy for a turn on another thread, cheap however long the run: the candidates are
         shared (a re-time replaces one rather than changing it, see `_retimed`), the large
         indexes copied shallowly, everything else deeply."""
-        memo = {id(c): c for c in self.candidates.values()}
+        memo: dict[int, Any] = {id(c): c for c in self.candidates.values()}
         for name in ("candidates", "hashes"):
             memo[id(getattr(self, name))] = dict(getattr(self, name))
         memo[id(self.knob_index)] = self.knob_index.copy()
@@ -477,7 +484,7 @@ class RunState:
         self.leaders = [x for x in self.leaders if x is not c and x.estimate is not None]
         if c.estimate is not None:
             self.leaders.append(c)
-        self.leaders.sort(key=lambda x: -x.estimate)
+        self.leaders.sort(key=lambda x: -known_estimate(x))
         del self.leaders[LEADERS:]
 
     def _retimed(self, e: EliteRetimed) -> None:
@@ -547,7 +554,7 @@ class RunState:
             elif e.op == "recompose":
                 team.roles = list(e.params.get("roles", team.roles))
                 team.redirects += 1  # steered: a team that keeps failing after is retired
-        judged = [e.team] if team and e.op != "retire" else []
+        judged = [e.team] if e.team and team and e.op != "retire" else []
         if e.op == "rebalance":
             for tid, share in e.params.get("shares", {}).items():
                 if tid in self.teams:

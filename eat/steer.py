@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -26,6 +27,9 @@ from eat.events import HumanSteered
 from eat.learning import outside
 from eat.merge import ours, read_settled
 from eat.workspace import Paths, Workspace, write_atomic
+
+if TYPE_CHECKING:
+    from watchdog.observers.api import BaseObserver
 
 MAX_TEXT = 2000  # characters of an edit kept in the event (and shown in prompts)
 
@@ -80,7 +84,7 @@ class Steering:
         self._changed: set[Path] = set()
         self._lock = threading.Lock()
         self._woken = False
-        self._observer = None
+        self._observer: BaseObserver | None = None
         self._watched: set[Path] = set()
         try:
             self.seen: dict[str, str] = json.loads(paths.seen.read_text())
@@ -109,6 +113,7 @@ class Steering:
 
     def _watch(self, folder: Path) -> None:
         # One folder, not recursive: .git and the candidates' folders would flood the queue.
+        assert self._observer is not None  # start() made it
         self._observer.schedule(on_writes(self._noticed), str(folder), recursive=False)
         self._watched.add(folder)
 

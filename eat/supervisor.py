@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import asdict
-from typing import TypedDict
+from functools import partial
+from typing import TYPE_CHECKING, TypedDict
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
@@ -21,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from eat.advisor import to_operations
 from eat.budget import Stop, why_stop
 from eat.context import RunContext
-from eat.events import AttemptFailed, EliteRetimed, SupervisorAdvised
+from eat.events import AttemptFailed, EliteRetimed, Restructured, SupervisorAdvised
 from eat.executors.local import Cancelled, LocalExecutor, default_workers
 from eat.llm import BudgetSpent, LLMError
 from eat.notes import commit_step, write_notes
@@ -32,6 +33,9 @@ from eat.state import Candidate
 from eat.team import pick_team
 from eat.turn import Turn
 from eat.workspace import source_name
+
+if TYPE_CHECKING:  # langgraph's config type (langchain-core comes with langgraph)
+    from langchain_core.runnables import RunnableConfig
 
 PRUNE_EVERY = 50  # steps between clearing the checkpoint history
 # Non-retryable LLM errors that no later call will escape: stop the run and say why.
@@ -101,7 +105,7 @@ def start_turns(ctx: RunContext, pool: LocalExecutor) -> None:
             return
         turn = Turn.begin(ctx, team, concurrent=pool.workers > 1)
         agent = ctx.agent_for(team)
-        pool.start(team.id, lambda turn=turn, agent=agent: turn.play(agent))
+        pool.start(team.id, partial(turn.play, agent))
 
 
 def handle_turn_error(ctx: RunContext, team_id: str, error: BaseException) -> None:
@@ -131,7 +135,7 @@ def stop_agent(ctx: RunContext, team_id: str, why: str) -> None:
     """End the team's agent process now, where it has one (an external agent mid-turn): what
     it submitted is kept, its branch too."""
     agent = ctx.agents.get(team_id)
-    if hasattr(agent, "stop"):
+    if agent is not None and hasattr(agent, "stop"):
         agent.stop(why)
 
 
@@ -175,7 +179,9 @@ class Supervisor:
         ctx = self.ctx
         if ctx.steering is not None:
             ctx.steering.take(ctx)  # people's edits the dispatch wait did not already take
-        verdicts = score(ctx.state, ctx.state.cfg.score_after)
+        window = ctx.state.cfg.score_after
+        assert window is not None  # the run's windows are resolved (RunConfig.windows)
+        verdicts = score(ctx.state, window)
         for v in verdicts:
             ctx.record(v)
         if verdicts:
@@ -233,8 +239,9 @@ class Supervisor:
         """Apply the step's operations (the advisor's, else the rules'), each once: a key per
         operation lets a step replayed after a crash skip what it applied."""
         ctx = self.ctx
-        if s.get("advised") is not None:
-            ops = [Operation(**op) for op in s["advised"]]
+        advised = s.get("advised")
+        if advised is not None:
+            ops = [Operation(**op) for op in advised]
         else:
             found = [
                 Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])})) for d in s["diagnoses"]
@@ -250,7 +257,7 @@ class Supervisor:
             )
             for event in events:
                 ctx.record(event)
-                if getattr(event, "op", None) == "retire":
+                if isinstance(event, Restructured) and event.op == "retire" and event.team:
                     stop_agent(ctx, event.team, "the team was retired")
             team_id = events[-1].team
             if team_id in ctx.state.teams:
@@ -298,7 +305,7 @@ def run(ctx: RunContext) -> Stop:
         ctx.steering.wake = lambda: pool.post(lambda: ctx.steering.take(ctx))
     try:
         graph = Supervisor(ctx, pool).graph().compile(checkpointer=saver)
-        cfg = {"configurable": {"thread_id": "supervisor"}}
+        cfg: RunnableConfig = {"configurable": {"thread_id": "supervisor"}}
         snap = graph.get_state(cfg)
         n = snap.values.get("step", 0) if snap.values else 0
         if snap.next:  # the last step was cut short: finish it first

@@ -11,6 +11,7 @@ import math
 import operator
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -257,7 +258,7 @@ def parse_signature(signature: str, entry: str) -> list[Arg]:
     return args
 
 
-_OPS = {
+_OPS: dict[type[ast.AST], Callable[..., float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,

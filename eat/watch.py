@@ -126,7 +126,7 @@ def frame(view: RunView, running: bool) -> RenderableType:
     st, best = view.state, view.state.best
     use = st.usage
     minutes, seconds = divmod(int(st.elapsed_s), 60)
-    lines = [
+    lines: list[RenderableType] = [
         Text(
             f"{st.target or '?'}  {run_line(view, running)}  ({minutes}m{seconds:02d}s)",
             style="bold",

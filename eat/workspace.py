@@ -216,7 +216,8 @@ class LogReader:
         self.lines += 1
         event, why = self._check(raw)
         if event is not None and event.seq <= self.seq:
-            event, why = None, f"a replay: seq {event.seq} after seq {self.seq}"
+            why = f"a replay: seq {event.seq} after seq {self.seq}"
+            event = None
         if event is None:
             self.bad.append((self.lines, why))
             self.skipped += 1
@@ -422,6 +423,7 @@ class Workspace:
     def append(self, event: Event) -> Event:
         """Give the event the next seq, write it with its mac, and make it durable before
         returning it (after `create` or `load`: they hold the key)."""
+        assert self._key is not None, "append before create or load"
         self.seq += 1
         event.seq = self.seq
         line = _with_mac(self._key, event.model_dump_json()) + "\n"

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from eat.state import Candidate, RunState, Team
+from eat.state import Candidate, RunState, Team, known_estimate
 
 
 class PlanItem(BaseModel):
@@ -62,4 +62,4 @@ def start_candidate(team: Team, state: RunState) -> Candidate | None:
     ]
     if not options and team.strategy != "explorer" and state.best is not None:
         options = [state.best]
-    return max(options, key=lambda c: c.estimate, default=None)
+    return max(options, key=known_estimate, default=None)

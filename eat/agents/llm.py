@@ -246,7 +246,11 @@ class LLMAgent:
     def _plan(self, team: Team, recent: list[str]) -> list[PlanItem] | None:
         """The planner's next ideas (None: two unusable replies; the coder then chooses)."""
         done = [f"{p['idea']} -> {p['tried']}" for p in team.plan if p["tried"]][-10:]
-        best = f"{team.best.cid} at {team.best.estimate:.2f}x" if team.best_estimate else None
+        best = (
+            f"{team.best.cid} at {team.best.estimate:.2f}x"
+            if team.best and team.best_estimate
+            else None
+        )
         messages = self._messages(
             "planner",
             render("planner.md.j2", team=team, best=best, recent=recent, done=done, size=PLAN_SIZE),
@@ -312,6 +316,7 @@ class LLMAgent:
             parsed = parse_reply(reply, original, entry)
             if parsed.error:
                 raise AttemptError("malformed", parsed.error)
+        assert parsed.source is not None  # parse_reply gives the source where it found no error
         known = state.hashes.get(source_hash(parsed.source))
         if known:
             raise AttemptError("duplicate", f"the reply repeats {_known(state, known)}", known)

@@ -22,7 +22,7 @@ from eat.agents.base import Proposal
 from eat.knobspace import differs, region_radius
 from eat.runners.base import source_hash
 from eat.skill import SkillData
-from eat.state import RunState, Team
+from eat.state import RunState, Team, known_estimate
 from eat.target import Target
 
 STRATEGIES = ("coordinate", "explorer", "refiner", "model")
@@ -32,7 +32,7 @@ _TRIES = 200
 def render(target: Target, knobs: dict[str, Any]) -> str:
     """The baseline with knob values prepended: a `// eat:cflags` line, then `#define`s; for
     Python targets `NAME = value` lines (the value as Python source)."""
-    head = []
+    head: list[str] = []
     for name, knob in target.knobs.items():
         if name not in knobs:
             continue
@@ -105,7 +105,7 @@ class OfflineAgent:
         ]
         if not options:
             return defaults(self.target), None
-        center = max(options, key=lambda c: c.estimate)
+        center = max(options, key=known_estimate)
         return {**defaults(self.target), **center.knobs}, center.cid
 
     def _avoided(self, team: Team, state: RunState):

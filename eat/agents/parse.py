@@ -95,7 +95,9 @@ def _edit_blocks(reply: str) -> tuple[list[tuple[list[str], list[str]]], str | N
         "search": "missing '=======' after the SEARCH lines",
         "replace": "missing '>>>>>>> REPLACE' after the new lines",
     }
-    state, search, replace = "out", [], []
+    state = "out"
+    search: list[str] = []
+    replace: list[str] = []
     for line in reply.split("\n"):
         n = len(blocks) + 1
         if state == "out":

@@ -68,7 +68,9 @@ def vectorization(target: Target, source: str, timeout_s: float = 60.0) -> str:
 def remarks(log: str, source: str) -> str:
     """The distinct remarks on the candidate's lines, each with its line of code."""
     lines = source.splitlines()
-    seen, done, missed = set(), [], []
+    seen: set[tuple[str, str, str]] = set()
+    done: list[str] = []
+    missed: list[str] = []
     for raw in log.splitlines():
         m = _REMARK.match(raw.strip())
         if not m or (m.group(1), m.group(2), m.group(3)) in seen:

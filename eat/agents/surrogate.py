@@ -53,6 +53,7 @@ class GP:
             evidence = -0.5 * z @ alpha - np.log(np.diag(chol)).sum()
             if best is None or evidence > best[0]:
                 best = (evidence, length, chol, alpha)
+        assert best is not None  # LENGTHS is not empty
         _, self.length, self.chol, self.alpha = best
 
     def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -141,8 +142,8 @@ def suggest(
     ok = [s for _, s in observed if s]
     worst = math.log(min(ok)) if ok else 0.0
     point = _indexer(space)
-    for knobs, speedup in observed:
-        p = point(knobs)
+    for config, speedup in observed:
+        p = point(config)
         if p is not None:
             points.append(p)
             values.append(math.log(speedup) if speedup else worst - FAILED_PENALTY)

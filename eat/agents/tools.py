@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from eat.agents.llm import render
 from eat.llm import LLMClient
@@ -89,7 +90,7 @@ class ToolsAgent:  # a base.Worker
         self._stopped = None
         root = self.paths.worktree(team.id)
         source = next(iter(sorted(root.glob("candidate.*"))))
-        messages = [
+        messages: list[dict[str, Any]] = [
             {"role": "system", "content": render("tools_system.md.j2")},
             {"role": "user", "content": self.paths.task_file(team.id).read_text()},
         ]

@@ -137,18 +137,21 @@ def import_kernelbench(
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             statement = ast.get_source_segment(source, node)
+            assert statement is not None  # the node was parsed from `source`
             value = _constant(node.value) if isinstance(node, ast.Assign) else None
             items = _elements(node, names)
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                for n in ast.walk(target):
+            for bound in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for n in ast.walk(bound):
                     if isinstance(n, ast.Name):
                         for k in elements.pop(n.id, []):
                             params.pop(k, None)  # a tuple's elements, the tuple rebound
-                        if value is not None and n is target:
+                        if value is not None and n is bound:
                             params[n.id] = value
                         else:  # bound to something computed: not a plain size (any more)
                             params.pop(n.id, None)
-            if items:  # `shape = (32768,)`: each element a parameter, the tuple made of them
+            # `shape = (32768,)`: each element a parameter, the tuple made of them (items: the
+            # node binds one name to a tuple)
+            if items and isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
                 name = node.targets[0].id
                 elements[name] = [f"{name}_{i}" for i in range(len(items))]
                 params |= dict(zip(elements[name], items))

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from pydantic import BaseModel, Field
 
@@ -21,7 +21,7 @@ from eat.runners.sandbox import Completed
 from eat.target import EvalConfig, Target, geomean
 
 Status = Literal["ok", "compile_error", "incorrect", "timeout", "crash", "rejected"]
-STATUSES: tuple[str, ...] = Status.__args__
+STATUSES: tuple[str, ...] = get_args(Status)
 
 
 class Stat(BaseModel):
@@ -143,10 +143,10 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
         flops, nbytes = target.metric("flops", params), target.metric("bytes", params)
         if flops:
             row.gflops = flops / cand.median_s / 1e9
-            row.vendor_gflops = vend and flops / vend.median_s / 1e9
+            row.vendor_gflops = flops / vend.median_s / 1e9 if vend else None
         if nbytes:
             row.gbps = nbytes / cand.median_s / 1e9
-            row.vendor_gbps = vend and nbytes / vend.median_s / 1e9
+            row.vendor_gbps = nbytes / vend.median_s / 1e9 if vend else None
         if peaks:
             fractions = [
                 v / p for v, p in ((row.gflops, peaks.gflops), (row.gbps, peaks.gbps)) if v and p
@@ -154,12 +154,17 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
             row.peak_fraction = max(fractions) if fractions else None
         rows.append(row)
     out: dict = {"workloads": rows}
+    # each list is whole (one entry a row) where the `all` above it holds
     if all(r.baseline for r in rows):
-        out["speedup"] = geomean([r.speedup for r in rows])
+        out["speedup"] = geomean([r.speedup for r in rows if r.speedup is not None])
     if all(r.vendor for r in rows):
-        out["vs_vendor"] = geomean([r.vendor.median_s / r.candidate.median_s for r in rows])
+        out["vs_vendor"] = geomean(
+            [r.vendor.median_s / r.candidate.median_s for r in rows if r.vendor]
+        )
         if all(r.baseline for r in rows):
-            out["vendor_speedup"] = geomean([r.baseline.median_s / r.vendor.median_s for r in rows])
+            out["vendor_speedup"] = geomean(
+                [r.baseline.median_s / r.vendor.median_s for r in rows if r.baseline and r.vendor]
+            )
     return out
 
 
@@ -204,7 +209,9 @@ def eat_pythonpath() -> str:
 class Runner(Protocol):
     """Builds, verifies and times candidates for one kind of hardware."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The runner's kind ("cpu", "cuda", ...), as a target's `runner` names it."""
 
     def unavailable(self, target: Target | None = None) -> str | None:
         """Why this runner cannot run `target` (or anything) here, in one line; None if it can."""

@@ -139,8 +139,12 @@ class GpuRunner(NativeRunner):
         info = self._info()
         if self.name == "cuda":
             cc, compiler = info.get("compute_capability"), compiler or "nvcc"
-            return cc and cuda_arch(
-                *cc,
+            if not cc:  # the probe's [major, minor], where it could tell
+                return None
+            major, minor = cc
+            return cuda_arch(
+                major,
+                minor,
                 accepts=lambda arch: nvcc_accepts(compiler, arch),
                 known=lambda: nvcc_virtual_archs(compiler),
             )

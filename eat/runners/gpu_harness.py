@@ -28,6 +28,7 @@ import ctypes
 import gc
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -142,7 +143,8 @@ class DeviceWorkload(Workload):
         """Set `i` on the device: its inputs and expected outputs, and each float output's
         tolerance slack (atol + rtol * mean|expected|; None where that is not finite)."""
         if i not in self._on_device:
-            s, made = self.sets[i], {"inputs": {}, "expected": {}, "slack": {}}
+            s = self.sets[i]
+            made: dict[str, dict[str, Any]] = {"inputs": {}, "expected": {}, "slack": {}}
             for part in ("inputs", "expected"):
                 for k, arr in s[part].items():
                     made[part][k] = ptr = self.rt.malloc(arr.nbytes)

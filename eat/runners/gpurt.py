@@ -151,7 +151,8 @@ class Runtime:
 
     def compute_capability(self, device: int = 0) -> tuple[int, int]:
         """(major, minor) of a CUDA device, e.g. (9, 0) for an H100 or H200."""
-        return tuple(self.attribute(a, device) for a in _CC_ATTRIBUTES)
+        major, minor = (self.attribute(a, device) for a in _CC_ATTRIBUTES)
+        return major, minor
 
     def gcn_arch(self, device: int = 0) -> str | None:
         """A HIP device's gfx name with its target features, e.g. 'gfx942:sramecc+:xnack-'."""
@@ -171,6 +172,7 @@ class Runtime:
     def malloc(self, nbytes: int) -> int:
         ptr = _P()
         self.call("Malloc", ctypes.byref(ptr), max(1, nbytes))
+        assert ptr.value is not None  # a Malloc that succeeded set a non-NULL pointer
         return ptr.value
 
     def free(self, ptr: int) -> None:
@@ -205,6 +207,7 @@ class Runtime:
     def event(self) -> int:
         ev = _P()
         self.call("EventCreate", ctypes.byref(ev))
+        assert ev.value is not None  # an EventCreate that succeeded set a non-NULL handle
         return ev.value
 
     def record(self, event: int) -> None:
@@ -293,5 +296,5 @@ def describe(kind: str, library: str | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    kind, library = sys.argv[1], (sys.argv[2:] or [None])[0]
+    kind, library = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
     print(PROBE_TAG + json.dumps(describe(kind, library)), flush=True)

@@ -52,6 +52,10 @@ class Snapshots:
     """Whether outputs change after a call returned, from read_outputs(); the GPU harness keeps
     its snapshot on the device instead."""
 
+    def read_outputs(self) -> dict[str, np.ndarray]:
+        """A copy of the outputs as they are now (each kind of workload reads its own)."""
+        raise NotImplementedError
+
     def snapshot(self):
         """The outputs as they are now, to hand to changed() later."""
         return self.read_outputs()
@@ -77,7 +81,9 @@ class Workload(Snapshots):
         params, shapes = workload["params"], workload["shapes"]
         self.params = params
         self.label = ", ".join(f"{k}={v}" for k, v in params.items())
-        self.inputs, self.outputs, self.values = {}, {}, {}
+        self.inputs: dict[str, np.ndarray] = {}
+        self.outputs: dict[str, np.ndarray] = {}
+        self.values: dict[str, np.ndarray | int | float] = {}
         for a in job["args"]:
             if not a["pointer"]:
                 self.values[a["name"]] = params[a["name"]]
@@ -305,7 +311,7 @@ def time_all(
     raced = []
     for wi, w in enumerate(workloads):
         kinds = list(impls)
-        samples = {k: [] for k in kinds}
+        samples: dict[str, list[float]] = {k: [] for k in kinds}
         for r in range(warmup):
             for kind in kinds:
                 run(kind, w, r % len(w.sets))

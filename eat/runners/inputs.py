@@ -33,6 +33,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,7 @@ def set_index(r: int, warmup: int, pool: int) -> int:
 def load_py(path: str, name: str):
     """A target's Python file (reference, vendor, a Python candidate) as a fresh module."""
     spec = importlib.util.spec_from_file_location(f"eat_target_{name}", path)
+    assert spec is not None and spec.loader is not None  # a .py path has a source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -151,12 +153,12 @@ def prepare(folder: Path, cfg: dict, workloads: int, make, room: int | None = No
             "verify": list(range(cfg["seeds"])),
             "time": [TIMED_SEED0 + j for j in range(pool)],
         }
-        cost = {"bytes": size, "make_s": round(made_s, 4)}
+        cost: dict[str, Any] = {"bytes": size, "make_s": round(made_s, 4)}
         if room is not None and size * (cfg["seeds"] + pool) > room:
             out.append({"generate": seeds, **cost})
             continue
 
-        def kept(seed: int, wi: int = wi, first: dict | None = first) -> list[str]:
+        def kept(seed: int, wi: int = wi, first: dict = first) -> list[str]:
             path = folder / f"w{wi}-s{seed}.set"
             mark = fingerprint(path) if path.exists() else None
             # Made again once changed since a manifest recorded it (none yet: a racing maker's).
@@ -242,7 +244,7 @@ class SetFiles:
         if i not in self._loaded:
             name, want = self.entries[i]
             path = self.folder / name
-            s = {"inputs": {}, "expected": {}}
+            s: dict[str, Any] = {"inputs": {}, "expected": {}}
             # Read straight into the arrays (numpy reads a real file without a staging copy);
             # the fingerprint, taken after, says whether what was read is what was made.
             with open(path, "rb") as f:

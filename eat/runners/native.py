@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from eat.cache import (
     anchors_dir,
@@ -168,7 +169,7 @@ class NativeRunner(ABC):
         self, target: Target, source: str, cfg: EvalConfig, workdir: Path | None
     ) -> Evaluation:
         """Refuse, build, verify, time: the first step that does not pass ends it."""
-        ev = dict(
+        ev: dict[str, Any] = dict(
             target=target.name,
             runner=self.name,
             device=self.device,
@@ -187,8 +188,8 @@ class NativeRunner(ABC):
                 **ev,
             )
         durations: dict[str, float] = {}
-        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
-            tmp = Path(tmp)
+        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp_name:
+            tmp = Path(tmp_name)
             t0 = time.monotonic()
             compile_log = self._build(target, source, flags, cfg, tmp)
             durations["compile_s"] = time.monotonic() - t0
@@ -511,7 +512,7 @@ class Anchor:
         cost = {k: calls * sum(t[k]["median_s"] for t in timed) for k in ("baseline", "vendor")}
         cost["vendor"] += vendor_load_s
         return cls(
-            kind=min(cost, key=cost.get),
+            kind=min(cost, key=cost.__getitem__),
             measured_at=time.time(),
             then=[{k: t[k] for k in ("baseline", "vendor")} for t in timed],
         )

@@ -131,8 +131,8 @@ class PythonRunner:
                 status="compile_error", message=f"{type(e).__name__}: {e}", compile_log=str(e), **ev
             )
         durations: dict[str, float] = {}
-        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp:
-            tmp = Path(tmp)
+        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp_name:
+            tmp = Path(tmp_name)
             (tmp / "candidate.py").write_text(source)
             job = self._job(target, cfg, tmp / "candidate.py")
             t0 = time.monotonic()

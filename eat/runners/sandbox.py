@@ -24,6 +24,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -381,7 +382,9 @@ def readable_around(unreadable: list[str]) -> tuple[list[str], list[str]]:
     return trees, sorted(above)
 
 
-def confine(writable: list[str], unreadable: list[str] = (), network: bool = False) -> str | None:
+def confine(
+    writable: list[str], unreadable: Sequence[str] = (), network: bool = False
+) -> str | None:
     """From now on and for good, let this process (and what it starts) change files only
     beneath `writable`, read none beneath `unreadable` (their names stay listable), and, unless
     `network`, open no TCP connection; returns why it could not, or None."""

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from eat.cache import PRUNE_EVERY_S, inputs_dir, max_bytes, maybe_prune, used
 from eat.runners import inputs, sandbox
@@ -99,7 +100,7 @@ def sets_detail(manifest: dict, cfg: EvalConfig) -> dict:
     """What an evaluation's detail says of its input sets where they are fewer than a run's
     default or made in the harness: per workload, how many distinct sets it verified and timed
     on, and where they came from; {} where every workload had all of them from the cache."""
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "verify": len(w["generate"]["verify"] if "generate" in w else w["verify"]),
             "timed": len(w["generate"]["time"] if "generate" in w else w["time"]),
