@@ -340,4 +340,8 @@ def run(ctx: RunContext) -> Stop:
         # stays the context's executor, so a turn that ends later is refused, not let write
         # from its own thread after the run's stop.
         pool.close()
-        conn.close()
+        # Ctrl-C can land while LangGraph's own thread writes the step's checkpoint: close
+        # between its writes (one after this fails with an error; closing under one crashed
+        # the process in sqlite3).
+        with saver.lock:
+            conn.close()
