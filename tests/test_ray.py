@@ -16,6 +16,8 @@ from eat.run import run_status, start_run
 from eat.target import EvalConfig
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+# One worker runs them all: they count Ray's daemons on the machine.
+pytestmark = pytest.mark.xdist_group("ray")
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = EvalConfig(seeds=1, warmup=1, min_repeats=3, max_repeats=5, budget_s=0.1)

@@ -1,0 +1,89 @@
+"""How many of eat's modules does one iteration of the loop run through?
+
+One iteration: a team's turn that proposes, evaluates and records one candidate, from the
+moment the supervisor begins it (`Turn.begin`) until it is released. The real loop runs
+(start_run on examples/cpu_matmul, offline agents, one worker) with bench/overhead.py's fake
+runner, which answers at once: the runner's own modules (and its child processes) are left out,
+so add the runner a target uses (runners/cpu.py or python.py, with native.py, sets.py, and the
+harness child) to the count. Every Python function called in that window, on any thread, is
+traced; the modules are eat's files those functions live in.
+
+    python bench/iteration_modules.py [--turn 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import eat  # noqa: E402
+from eat.run import start_run  # noqa: E402
+from eat.turn import Turn  # noqa: E402
+from overhead import FakeRunner  # noqa: E402
+
+PACKAGE = str(Path(eat.__file__).resolve().parent)
+
+
+def traced(turn_number: int) -> Counter:
+    """Calls per eat module during the `turn_number`-th turn of a short run."""
+    calls: Counter = Counter()
+    window = {"on": False, "turns": 0}
+    begin, release = Turn.begin.__func__, Turn.release
+
+    def profile(frame, event, arg):
+        if event == "call" and window["on"]:
+            path = frame.f_code.co_filename
+            if path.startswith(PACKAGE):
+                calls[str(Path(path).relative_to(Path(PACKAGE).parent))] += 1
+
+    def begin_traced(cls, *args, **kwargs):
+        window["turns"] += 1
+        window["on"] = window["turns"] == turn_number
+        return begin(cls, *args, **kwargs)
+
+    def release_traced(self):
+        release(self)
+        window["on"] = False
+
+    Turn.begin = classmethod(begin_traced)
+    Turn.release = release_traced
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            start_run(ROOT / "examples" / "cpu_matmul", Path(tmp) / "ws", runner=FakeRunner(),
+                      max_evals=turn_number + 1, workers=1)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+        Turn.begin, Turn.release = classmethod(begin), release
+    return calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--turn", type=int, default=3, help="which turn of the run to trace")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    calls = traced(args.turn)
+    lines = {m: sum(1 for _ in open(Path(PACKAGE).parent / m)) for m in calls}
+    if args.json:
+        print(json.dumps({"modules": len(calls), "lines": sum(lines.values()),
+                          "calls": dict(calls.most_common())}))
+        return
+    for module, n in calls.most_common():
+        print(f"{module:<32} {n:>7} calls  {lines[module]:>5} lines")
+    print(f"{len(calls)} modules, {sum(lines.values())} lines, in turn {args.turn} "
+          "(the fake runner's: add the target's runner)")
+
+
+if __name__ == "__main__":
+    main()
