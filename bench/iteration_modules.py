@@ -24,10 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from overhead import FakeRunner  # noqa: E402
+
 import eat  # noqa: E402
 from eat.run import start_run  # noqa: E402
 from eat.turn import Turn  # noqa: E402
-from overhead import FakeRunner  # noqa: E402
 
 PACKAGE = str(Path(eat.__file__).resolve().parent)
 
@@ -59,8 +60,13 @@ def traced(turn_number: int) -> Counter:
     threading.setprofile(profile)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            start_run(ROOT / "examples" / "cpu_matmul", Path(tmp) / "ws", runner=FakeRunner(),
-                      max_evals=turn_number + 1, workers=1)
+            start_run(
+                ROOT / "examples" / "cpu_matmul",
+                Path(tmp) / "ws",
+                runner=FakeRunner(),
+                max_evals=turn_number + 1,
+                workers=1,
+            )
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
@@ -76,13 +82,22 @@ def main() -> None:
     calls = traced(args.turn)
     lines = {m: sum(1 for _ in open(Path(PACKAGE).parent / m)) for m in calls}
     if args.json:
-        print(json.dumps({"modules": len(calls), "lines": sum(lines.values()),
-                          "calls": dict(calls.most_common())}))
+        print(
+            json.dumps(
+                {
+                    "modules": len(calls),
+                    "lines": sum(lines.values()),
+                    "calls": dict(calls.most_common()),
+                }
+            )
+        )
         return
     for module, n in calls.most_common():
         print(f"{module:<32} {n:>7} calls  {lines[module]:>5} lines")
-    print(f"{len(calls)} modules, {sum(lines.values())} lines, in turn {args.turn} "
-          "(the fake runner's: add the target's runner)")
+    print(
+        f"{len(calls)} modules, {sum(lines.values())} lines, in turn {args.turn} "
+        "(the fake runner's: add the target's runner)"
+    )
 
 
 if __name__ == "__main__":
