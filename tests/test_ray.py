@@ -7,6 +7,7 @@ the harness processes, the loop. Nothing is faked.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,16 @@ def test_a_run_on_the_ray_executor_evaluates_in_an_actor_and_leaves_nothing_behi
     st = run_status(ws)
     assert st["evaluations"] == 4 and st["best_speedup"] > 0
     assert not ray.is_initialized()
-    assert _ray_processes() == before
+    assert _gone_but(before)
+
+
+def _gone_but(before: list[str], wait_s: float = 30.0) -> bool:
+    """Whether Ray's daemons other than `before` exit (they take a moment after shutdown
+    returns, longer on a loaded machine: a bound on waiting, not on speed)."""
+    deadline = time.monotonic() + wait_s
+    while _ray_processes() != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _ray_processes() == before
 
 
 def test_the_ray_executor_without_ray_says_how_to_get_it(monkeypatch):
