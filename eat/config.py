@@ -14,7 +14,6 @@ from eat.errors import BadInput
 LLM_CALLS_PER_EVAL, ATTEMPTS_PER_EVAL, SPAWNED_PER_TEAM, CHECKS_PER_EVAL = 10, 3, 3, 5
 # Agent runtimes: `prompt` (one reply per turn), `tools` (eat's tool-calling loop), and the
 # external agents run in the team's worktree (`command` and its presets).
-RUNTIMES = ("prompt", "tools", "command", "claude-code", "codex", "aider", "mini-swe-agent")
 Runtime = Literal["prompt", "tools", "command", "claude-code", "codex", "aider", "mini-swe-agent"]
 EXTERNAL = ("command", "claude-code", "codex", "aider", "mini-swe-agent")  # run as processes
 

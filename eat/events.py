@@ -11,6 +11,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+# The run's vocabularies, defined once: every module that names one of these imports it here.
+Scope = Literal["run", "team"]
+PlateauKind = Literal["stalled", "failing", "exhausted", "converged", "repeating", "opened"]
+Op = Literal["spawn", "retire", "fork", "redirect", "recompose", "rebalance"]
+Strategy = Literal["coordinate", "explorer", "refiner", "model"]
+AttemptKind = Literal["malformed", "duplicate", "llm_error", "outage", "no_candidate"]
+
 
 class _Event(BaseModel):
     seq: int = Field(0, description="Position in the log, from 1; set when appended.")
@@ -88,7 +95,7 @@ class TeamSpawned(_Event):
     type: Literal["team_spawned"] = "team_spawned"
     team: str
     preset: str
-    strategy: str
+    strategy: Strategy
     directive: str
     share: float = 1.0
     start_from: str | None = Field(None, description="Candidate id the team starts from.")
@@ -134,9 +141,9 @@ class EliteRetimed(_Event):
 
 class PlateauDetected(_Event):
     type: Literal["plateau_detected"] = "plateau_detected"
-    scope: Literal["run", "team"]
+    scope: Scope
     team: str | None = None
-    kind: Literal["stalled", "failing", "exhausted", "converged", "repeating", "opened"]
+    kind: PlateauKind
     window: int
     best: float | None = None
     threshold: float = 0.0
@@ -146,13 +153,13 @@ class PlateauDetected(_Event):
 
 class Restructured(_Event):
     type: Literal["restructured"] = "restructured"
-    op: Literal["spawn", "retire", "fork", "redirect", "recompose", "rebalance"]
+    op: Op
     team: str | None = Field(None, description="The team created or changed.")
     reason: str
     evidence: list[str] = Field([], description="Candidate ids the decision rests on.")
     params: dict[str, Any] = Field({}, description="Operation details (strategy, shares ...).")
     best_before: float | None = Field(None, description="Run best when it was decided.")
-    scope: Literal["run", "team"] = "team"
+    scope: Scope = "team"
 
 
 class RestructureScored(_Event):
@@ -194,7 +201,7 @@ class SupervisorAdvised(_Event):
 class AttemptFailed(_Event):
     type: Literal["attempt_failed"] = "attempt_failed"
     team: str
-    kind: Literal["malformed", "duplicate", "llm_error", "outage", "no_candidate"]
+    kind: AttemptKind
     reason: str
     repeats: str | None = Field(None, description="The candidate a duplicate repeats.")
     seen_seq: int | None = Field(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eat.config import PlateauConfig
-from eat.events import PlateauDetected
+from eat.events import PlateauDetected, PlateauKind, Scope
 from eat.knobspace import differs, region_radius
 from eat.state import Candidate, RunState, Team
 
@@ -25,8 +25,8 @@ LOOK = 32
 
 @dataclass
 class Plateau:
-    scope: str  # "run" | "team"
-    kind: str  # stalled | failing | exhausted | converged | repeating | opened
+    scope: Scope
+    kind: PlateauKind
     team: str | None
     window: int
     best: float | None

@@ -18,11 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eat.events import Restructured, RestructureScored, TeamSpawned
+from eat.events import Op, Restructured, RestructureScored, Scope, TeamSpawned
 from eat.plateau import Plateau, climbed, is_local, optima, promising_regions
 from eat.state import Candidate, RunState, known_estimate
 
-OPS = ("spawn", "retire", "fork", "redirect", "recompose", "rebalance")
 # Restart options, and how much the rules trust each before this run has scored any: a model
 # or a climb in a region nobody climbed, a model of the whole space, combined steps at an
 # elite no local search has worked on, a fresh explorer.
@@ -45,12 +44,12 @@ class Diagnosis:
 
 @dataclass
 class Operation:
-    op: str
+    op: Op
     reason: str
     evidence: list[str]
     team: str | None = None  # the team changed (for spawn/fork: filled when applied)
     params: dict[str, Any] = field(default_factory=dict)
-    scope: str = "team"
+    scope: Scope = "team"
 
 
 @dataclass
@@ -233,7 +232,8 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
     arm, start = max(options, key=lambda o: (plan.values.get(o[0], 0.0), PRIORS[o[0]]))
     if not plan.make_room(p.evidence, 1 if replacing else 0):
         return
-    op, preset = arm.split()
+    word, preset = arm.split()
+    op: Op = "fork" if word == "fork" else "spawn"  # every arm is one or the other
     params: dict[str, Any] = {"preset": preset, "arm": arm}
     evidence = list(p.evidence)
     if arm in ("fork coordinate", "fork model"):  # its own region, not back into found ones

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from eat.config import PlateauConfig
 from eat.events import (
@@ -25,6 +25,7 @@ from eat.events import (
     LLMCalled,
     PlanUpdated,
     PlateauDetected,
+    PlateauKind,
     Restructured,
     RestructureScored,
     RunStarted,
@@ -55,7 +56,8 @@ class Said:
         return self
 
 
-PLATEAU_KINDS = ("stalled", "failing", "exhausted", "converged", "repeating")
+# What a team's plateau counters count (a region `opened` is no counter's)
+PLATEAU_KINDS = tuple(k for k in get_args(PlateauKind) if k != "opened")
 LEADERS = 8  # candidates kept ranked, so a re-timed elite can hand over without a full scan
 LESSONS_KEPT, LESSONS_BATCH = 40, 16
 
@@ -187,7 +189,6 @@ class Pending:
     teams: list[str]
     best_before: float | None
     at: dict[str, int]
-    arm: str | None = None
 
 
 def _better(new: float | None, ref: float | None, threshold: float) -> bool:
@@ -236,7 +237,6 @@ class RunState:
         self.seq = 0
         self.knob_stats: dict[tuple[str, str], list] = {}  # (knob, value) -> [tries, best, cid]
         self.usage = Usage()
-        self.agent_usage: dict[str, Usage] = {}
         self.supervisor_notes: deque[str] = deque(maxlen=9)
         self.steering = Said()  # people's latest edits
         self.steer_refs: set[str] = set()  # `eat steer` messages already recorded
@@ -329,7 +329,6 @@ class RunState:
 
     def _called(self, e: LLMCalled) -> None:
         self.usage.add(e)
-        self.agent_usage.setdefault(e.agent, Usage()).add(e)
         if e.team in self.teams:
             self.teams[e.team].usage.add(e)
 
@@ -572,7 +571,6 @@ class RunState:
                     teams=judged,
                     best_before=e.best_before,
                     at={t: self.teams[t].evals for t in judged},
-                    arm=e.params.get("arm"),
                 )
             )
 

@@ -20,6 +20,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from eat.advisor import to_operations
+from eat.agents.base import Worker
 from eat.budget import Stop, why_stop
 from eat.context import RunContext
 from eat.events import AttemptFailed, EliteRetimed, Restructured, SupervisorAdvised
@@ -135,7 +136,7 @@ def stop_agent(ctx: RunContext, team_id: str, why: str) -> None:
     """End the team's agent process now, where it has one (an external agent mid-turn): what
     it submitted is kept, its branch too."""
     agent = ctx.agents.get(team_id)
-    if agent is not None and hasattr(agent, "stop"):
+    if isinstance(agent, Worker):
         agent.stop(why)
 
 

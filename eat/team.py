@@ -14,6 +14,7 @@ import eat.teams
 from eat.config import Runtime
 from eat.context import RunContext
 from eat.errors import BadInput
+from eat.events import Strategy
 from eat.plateau import is_local
 from eat.state import Team
 
@@ -39,9 +40,7 @@ class TeamSpec(BaseModel):
 
     name: str = Field(description="Preset name; team ids are '<name>-<n>'.")
     description: str = Field(description="One line for people.")
-    strategy: Literal["coordinate", "explorer", "refiner", "model"] = Field(
-        description="How the offline agent searches."
-    )
+    strategy: Strategy = Field(description="How the offline agent searches.")
     directive: str = Field(description="What the team is told to do.")
     roles: list[Role] = Field(min_length=1)
     share: float = Field(1.0, gt=0, description="Relative budget share.")

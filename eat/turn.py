@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from eat.agents.base import Proposal
+from eat.agents.base import Proposal, Worker
 from eat.agents.llm import AttemptError
 from eat.context import RunContext
 from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted
@@ -144,7 +144,7 @@ class Turn:
         """The turn's work: its candidate's event, or the failed attempt's; None when its
         agent has nothing left to try (the team is exhausted). An agent that works over
         several steps (`work`) submits its candidates itself, at its desk."""
-        if hasattr(agent, "work"):
+        if isinstance(agent, Worker):
             from eat.desk import work_turn
 
             return work_turn(self, agent)

@@ -74,7 +74,6 @@ class Paths:
         self.learning = self.root / "LEARNING.md"
         self.evolution = self.root / "EVOLUTION.md"
         self.history = self.root / "history.jsonl"
-        self.readme = self.root / "README.md"
         self.teams = self.root / "teams"
         self.best = self.root / "best"
         self.state = self.root / ".eat"  # machine state, rebuilt from the files

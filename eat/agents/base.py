@@ -3,7 +3,7 @@ works a whole turn in the team's worktree and submits itself."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -39,9 +39,10 @@ class Agent(Protocol):
         does not repair."""
 
 
+@runtime_checkable
 class Worker(Protocol):
     """An agent that works over several steps in its team's worktree (the tools loop, an
-    external CLI) and submits its candidates itself through the desk; team.step hands it the
+    external CLI) and submits its candidates itself through the desk; Turn.play hands it the
     turn instead of asking it to propose."""
 
     def work(self, team: Team, state: RunState, desk) -> str:
