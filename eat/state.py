@@ -80,6 +80,26 @@ class Candidate:
     idea: str = ""
     message: str = ""
 
+    @classmethod
+    def from_event(cls, e: CandidateEvaluated, index: int) -> Candidate:
+        """The candidate an evaluation names, the run's `index`-th."""
+        return cls(
+            cid=e.candidate,
+            team=e.team,
+            seq=e.seq,
+            index=index,
+            status=e.status,
+            knobs=e.knobs,
+            source_hash=e.source_hash,
+            speedup=e.speedup,
+            noise=e.noise,
+            gflops=e.gflops,
+            vendor_gflops=e.vendor_gflops,
+            idea=e.idea,
+            message=e.message,
+            measurements=[e.speedup] if e.speedup is not None else [],
+        )
+
     @property
     def what(self) -> str:
         """What it tried, for people and prompts: its knob values, else the agent's idea."""
@@ -386,22 +406,7 @@ class RunState:
         self.evaluations += 1
         self.attempts_since_eval = 0
         self.repeated_since_eval = {}
-        c = Candidate(
-            cid=e.candidate,
-            team=e.team,
-            seq=e.seq,
-            index=self.evaluations,
-            status=e.status,
-            knobs=e.knobs,
-            source_hash=e.source_hash,
-            speedup=e.speedup,
-            noise=e.noise,
-            gflops=e.gflops,
-            vendor_gflops=e.vendor_gflops,
-            idea=e.idea,
-            message=e.message,
-            measurements=[e.speedup] if e.speedup is not None else [],
-        )
+        c = Candidate.from_event(e, index=self.evaluations)
         self.candidates[c.cid] = c
         self.knob_index.add(c.cid, c.knobs, c.estimate)
         self.hashes.setdefault(c.source_hash, c.cid)
@@ -429,11 +434,7 @@ class RunState:
                         old_x=previous.estimate if previous else None,
                     )
                 )
-        for knob, value in c.knobs.items():
-            stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
-            stat[0] += 1
-            if c.estimate is not None and (stat[1] is None or c.estimate > stat[1]):
-                stat[1], stat[2] = c.estimate, c.cid
+        self._count_knobs(c)
 
     def _team_evaluated(
         self,
@@ -465,6 +466,14 @@ class RunState:
             team.best_estimate is None or c.estimate > team.best_estimate
         ):
             team.best = c
+
+    def _count_knobs(self, c: Candidate) -> None:
+        """Per (knob, value): how often it was tried, and its best estimate and candidate."""
+        for knob, value in c.knobs.items():
+            stat = self.knob_stats.setdefault((knob, str(value)), [0, None, None])
+            stat[0] += 1
+            if c.estimate is not None and (stat[1] is None or c.estimate > stat[1]):
+                stat[1], stat[2] = c.estimate, c.cid
 
     def _clear(self, scope: str, team: str | None, *kinds: str) -> None:
         """A counter was reset: a plateau of these kinds may be declared again."""

@@ -291,15 +291,26 @@ class Supervisor:
             return {"dispatched": getattr(event, "candidate", None)}
 
 
-def run(ctx: RunContext) -> Stop:
-    """Step the supervisor until a budget or the search runs out; returns why it stopped."""
+def open_checkpoint(ctx: RunContext) -> tuple[sqlite3.Connection, SqliteSaver]:
+    """The supervisor's checkpoint in the workspace (its connection, and langgraph's saver)."""
     ctx.ws.paths.state.mkdir(exist_ok=True)
     conn = sqlite3.connect(ctx.ws.paths.checkpoint, check_same_thread=False)
     # WAL without a sync per commit: a killed process loses nothing (the OS holds the log);
     # only a power cut could lose the last checkpoints, and a step is replayed from the files.
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    saver = SqliteSaver(conn)
+    return conn, SqliteSaver(conn)
+
+
+def new_step(n: int) -> Step:
+    """The graph's input for step `n`: nothing decided yet."""
+    return {"step": n, "stop": None, "plateaus": [], "diagnoses": [], "advised": None,
+            "dispatched": None}  # fmt: skip
+
+
+def run(ctx: RunContext) -> Stop:
+    """Step the supervisor until a budget or the search runs out; returns why it stopped."""
+    conn, saver = open_checkpoint(ctx)
     pool = LocalExecutor(ctx.config.workers or default_workers())
     ctx.executor = pool
     if ctx.steering is not None:  # an edit wakes the main thread even while turns run
@@ -309,31 +320,16 @@ def run(ctx: RunContext) -> Stop:
         cfg: RunnableConfig = {"configurable": {"thread_id": "supervisor"}}
         snap = graph.get_state(cfg)
         n = snap.values.get("step", 0) if snap.values else 0
-        if snap.next:  # the last step was cut short: finish it first
-            out = graph.invoke(None, cfg, durability="sync")
-            if out.get("stop"):
-                finish_turns(ctx, pool)
-                return Stop(**out["stop"])
-        while True:
+        # the last step was cut short: finish it first
+        out = graph.invoke(None, cfg, durability="sync") if snap.next else {}
+        while not out.get("stop"):
             n += 1
-            out = graph.invoke(
-                {
-                    "step": n,
-                    "stop": None,
-                    "plateaus": [],
-                    "diagnoses": [],
-                    "advised": None,
-                    "dispatched": None,
-                },
-                cfg,
-                durability="sync",
-            )
-            if out.get("stop"):
-                finish_turns(ctx, pool)
-                return Stop(**out["stop"])
-            if n % PRUNE_EVERY == 0:
+            out = graph.invoke(new_step(n), cfg, durability="sync")
+            if n % PRUNE_EVERY == 0 and not out.get("stop"):
                 # Between steps the checkpoint holds nothing a resume needs: keep it small.
                 saver.delete_thread(cfg["configurable"]["thread_id"])
+        finish_turns(ctx, pool)
+        return Stop(**out["stop"])
     finally:
         for team_id in list(pool.busy):  # after Ctrl-C or an error: no agent works on
             stop_agent(ctx, team_id, "the run stopped")

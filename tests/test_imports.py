@@ -109,3 +109,21 @@ def test_no_module_imports_another_modules_private_names():
         if name.startswith("_") and not name.startswith("__")
     ]
     assert private == []
+
+
+# The loop's heart stays readable one function at a time (the supervisor's nodes, a turn, the
+# run's state folds, the native runner's steps).
+HEART = ("supervisor.py", "turn.py", "state.py", "runners/native.py")
+LONGEST = 50
+
+
+def test_no_function_in_the_loops_heart_is_over_50_lines():
+    long = [
+        f"{name}: {node.name} has {node.end_lineno - node.lineno + 1} lines"
+        for name in HEART
+        for node in ast.walk(ast.parse((EAT / name).read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > LONGEST
+    ]
+    assert long == []

@@ -248,34 +248,10 @@ class NativeRunner(ABC):
         them), under the device's lock; keep what the anchor and the race learn."""
         anchor_key = self._anchor_key(target, cfg, baseline_lib)
         anchor = Anchor.load(anchor_key) if target.vendor else None
-        timed = {anchor.kind} if anchor else {"baseline", "vendor"}
-        race_kind = anchor.kind if anchor else "vendor" if target.vendor else "baseline"
-        best = self._best.get(anchor_key, {}).get(race_kind)
+        timing = self._timing(target, cfg, anchor_key, anchor, baseline_lib)
         with device_lock(self.lock_name):
             t0 = time.monotonic()
-            res, run = self._harness(
-                job
-                | self.job_extra("time")
-                | {
-                    "mode": "time",
-                    "race": best
-                    and cfg.race_rounds
-                    and {
-                        "kind": race_kind,
-                        "rounds": cfg.race_rounds,
-                        "ratios": [RACE_MARGIN * b for b in best],
-                    },
-                    "baseline_lib": str(baseline_lib) if "baseline" in timed else None,
-                    "vendor": target.vendor
-                    and "vendor" in timed
-                    and {
-                        "file": str(target.path(target.vendor.file).resolve()),
-                        "function": target.vendor.function,
-                    },
-                },
-                tmp,
-                cfg,
-            )
+            res, run = self._harness(job | self.job_extra("time") | timing, tmp, cfg)
             ev["durations"]["time_s"] = time.monotonic() - t0
         if res["status"] != "ok":
             return Evaluation(
@@ -292,16 +268,9 @@ class NativeRunner(ABC):
                 f"{'; '.join(res['raced'])}: over {RACE_MARGIN:g}x slower "
                 "than the best candidate so far"
             )
-        self._remember_best(anchor_key, res["workloads"])
         if res.get("vendor_error"):
             detail["vendor_error"] = res["vendor_error"]
-        if anchor and all(anchor.kind in t for t in res["workloads"]):
-            detail["scaled"] = anchor.apply(res["workloads"])
-            anchor.save(anchor_key)
-        elif all("baseline" in t and "vendor" in t for t in res["workloads"]):
-            Anchor.measure(
-                res["workloads"], cfg.warmup + cfg.min_repeats, res.get("vendor_load_s", 0.0)
-            ).save(anchor_key)
+        detail |= self._learn(anchor_key, anchor, res, cfg)
         summary = summarize(target, res["workloads"], self.peaks)
         return Evaluation(
             status="ok",
@@ -311,6 +280,51 @@ class NativeRunner(ABC):
             **summary,
             **ev,
         )
+
+    def _timing(
+        self,
+        target: Target,
+        cfg: EvalConfig,
+        anchor_key: str,
+        anchor: Anchor | None,
+        baseline_lib: Path,
+    ) -> dict:
+        """The time job's own keys: what is timed beside the candidate (the anchor's kind
+        alone, once one is stored) and the race against the best so far."""
+        timed = {anchor.kind} if anchor else {"baseline", "vendor"}
+        race_kind = anchor.kind if anchor else "vendor" if target.vendor else "baseline"
+        best = self._best.get(anchor_key, {}).get(race_kind)
+        return {
+            "mode": "time",
+            "race": best
+            and cfg.race_rounds
+            and {
+                "kind": race_kind,
+                "rounds": cfg.race_rounds,
+                "ratios": [RACE_MARGIN * b for b in best],
+            },
+            "baseline_lib": str(baseline_lib) if "baseline" in timed else None,
+            "vendor": target.vendor
+            and "vendor" in timed
+            and {
+                "file": str(target.path(target.vendor.file).resolve()),
+                "function": target.vendor.function,
+            },
+        }
+
+    def _learn(self, anchor_key: str, anchor: Anchor | None, res: dict, cfg: EvalConfig) -> dict:
+        """Keep the best times for the race, and the anchor: scale by a stored one, or store
+        one from a run that timed both; the detail to report (the scaled workloads)."""
+        self._remember_best(anchor_key, res["workloads"])
+        if anchor and all(anchor.kind in t for t in res["workloads"]):
+            scaled = anchor.apply(res["workloads"])
+            anchor.save(anchor_key)
+            return {"scaled": scaled}
+        if all("baseline" in t and "vendor" in t for t in res["workloads"]):
+            Anchor.measure(
+                res["workloads"], cfg.warmup + cfg.min_repeats, res.get("vendor_load_s", 0.0)
+            ).save(anchor_key)
+        return {}
 
     # -- pieces ------------------------------------------------------------------------------
 
