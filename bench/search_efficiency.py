@@ -1,7 +1,8 @@
-"""Does restructuring teams find faster kernels than not restructuring, at equal evaluations?
+"""Does the supervised loop find faster kernels than its own static teams and than the
+autotuners people already use, at equal evaluations?
 
-Three arms run the real loop (start_run, offline agents) against a fake runner, with the same
-budget of evaluations and the same seeds:
+Three of eat's arms run the real loop (start_run, offline agents) against a fake runner, with
+the same budget of evaluations and the same seeds:
 
 - (a) "supervised": the default RunConfig: its default teams, supervise=True (plateau
   detection, elite re-times, restructuring);
@@ -9,6 +10,13 @@ budget of evaluations and the same seeds:
 - (c) "best static team": every preset of eat.team.load_presets() alone (teams=[name],
   supervise=False); per landscape and budget the best is the preset with the highest median
   true best over the seeds (ties: the higher mean).
+
+Three peers search the same landscape, with the same noise model, budget and seeds, asking and
+telling directly (no workspace): Optuna's TPE ("tpe"), nevergrad's NGOpt ("ngopt"), each knob
+categorical over its values, and random sampling of the grid without repeats ("random"). A
+peer's best is the configuration it measured highest (what Optuna's best_trial gives); it never
+re-times. Peers whose package is missing are skipped with a line saying so
+(`pip install 'eat[bench]'`).
 
 Landscapes (the target is examples/cpu_matmul copied to a temp folder, its [knobs] replaced by
 the landscape's grid; the runner parses the knob values back from the rendered source --
@@ -21,10 +29,11 @@ whose IQRs are 1-2.5 times that noise):
   broad local optimum near the defaults, a medium one in a far corner, the highest elsewhere),
   normalized so the defaults give 1.0x; noise 2%; one corner fails to compile. The far optima's
   basins cover ~1% of the space in "needle", ~10% in "broad".
-- "cpu_matmul": a replay of bench/landscapes/cpu_matmul.json, every configuration of a grid of
-  the real target's knobs measured on a real machine: the runner answers a configuration's
-  recorded status, or its recorded speedup times noise of its recorded spread (at least 1%).
-  Skipped, with a line saying so, where the file is missing.
+- one replay per file of bench/landscapes/ (named by the file: "cpu_matmul", "cpu_softmax"),
+  every configuration of a grid of a real target's knobs measured on a real machine by
+  bench/record_landscape.py (the target is examples/<the file's "target">): the runner answers
+  a configuration's recorded status, or its recorded speedup times noise of its recorded spread
+  (at least 1%).
 
 What is compared, per seed: the true (noise-free) speedup of the configuration each run reports
 as its best (RunState.best at the end), and the evaluations it took to reach it: candidate
@@ -35,6 +44,8 @@ max(2%, the recorded noise of either configuration)). (a) is compared against th
 (b) and (c) on the same seed (the higher true best; equal within noise, the one that reached it
 in fewer evaluations): a win when (a)'s true best is higher beyond noise, or equal within noise
 and reached in at least 10% fewer evaluations; a loss the reverse; otherwise a tie.
+The same rule scores (a) against each peer, against (b) and against (c) alone, per seed: the
+summary's "vs" line and, with --json, "vs": {"tpe": {"wins", "ties", "losses"}, ...}.
 
 A run's evaluations are its candidate_evaluated plus elite_retimed events; a warning line says
 when a run used more than its budget. Runs that stop early (a team with nothing left to try)
@@ -75,7 +86,7 @@ from eat.team import load_presets
 from eat.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "bench" / "landscapes" / "cpu_matmul.json"
+TABLES = ROOT / "bench" / "landscapes"  # recorded landscapes, one JSON file each
 # Workspaces fsync what they write; on a RAM file system that costs nothing, so the runs'
 # time goes to the search rather than to the disk (about half of it otherwise, measured).
 TMP = os.environ.get("TMPDIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
@@ -111,6 +122,7 @@ class Landscape:
     """A grid of knob values; a configuration is a tuple of value indices, knobs in order."""
 
     name: str
+    example: str  # the example target (examples/<example>) whose knobs it replaces
     knobs: dict  # name -> {"values": [...], "kind"?, "help"?}, as target.toml takes it
 
     def measure(self, idx: tuple[int, ...]) -> tuple[str, float | None, float]:
@@ -168,7 +180,7 @@ class Synthetic(Landscape):
     """Three Gaussian bumps over the knob-index grid; see the module docstring."""
 
     def __init__(self, name: str):
-        self.name, self.knobs = name, KNOBS
+        self.name, self.example, self.knobs = name, "cpu_matmul", KNOBS
         self.bumps = [(c, h, w) for (c, h), w in zip(CENTRES, WIDTHS[name])]
         self.scale = 1 + sum(self._bumps((0,) * len(KNOBS)))  # so that the defaults give 1.0x
 
@@ -190,8 +202,8 @@ class Replay(Landscape):
 
     def __init__(self, path: Path):
         data = json.loads(path.read_text())
-        real = tomllib.loads((ROOT / "examples" / "cpu_matmul" / "target.toml").read_text())
-        self.name = data["target"]
+        self.name, self.example = path.stem, data["target"]
+        real = tomllib.loads((ROOT / "examples" / self.example / "target.toml").read_text())
         self.about = f"recorded {data.get('recorded', '?')} on {data.get('device', '?')}"
         # Each knob keeps its kind and help from the real target; its values are the grid's.
         self.knobs = {
@@ -251,14 +263,14 @@ class LandscapeRunner:
         speedup = true * math.exp(rng.gauss(0, sigma))
         rows = []
         for p in target.workloads:
-            flops = target.metric("flops", p)
-            base = flops / 1e11
+            flops = target.metric("flops", p)  # None on a memory-bound target
+            base = (flops or target.metric("bytes", p) or 1e9) / 1e11
             cand = base / speedup
             rows.append(
                 WorkloadResult(
                     params=p,
                     speedup=speedup,
-                    gflops=flops / cand / 1e9,
+                    gflops=flops / cand / 1e9 if flops else None,
                     candidate=Stat(median_s=cand, iqr_s=cand * sigma * rng.uniform(1, 2.5), n=25),
                     baseline=Stat(median_s=base, iqr_s=base * sigma * rng.uniform(1, 2.5), n=25),
                 )
@@ -274,8 +286,127 @@ class LandscapeRunner:
         )
 
 
+# -- peers: what a kernel engineer would run instead, on the same landscape and noise -------------
+
+PEERS = {
+    "tpe": "Optuna's TPE (TPESampler, each knob categorical over its values)",
+    "ngopt": "nevergrad's NGOpt (each knob a Choice over its values)",
+    "random": "random sampling of the grid, without repeats",
+}
+FAILED_LOSS = 10.0  # what NGOpt is told for a configuration that fails (a speedup of e^-10)
+
+
+class Measure:
+    """The landscape as a peer sees it: a configuration's measured speedup (None: it failed),
+    with LandscapeRunner's noise model, fresh on each re-measurement; keeps the trail."""
+
+    def __init__(self, land: Landscape, seed: int):
+        self.land, self.seed = land, seed
+        self.calls: dict[tuple[int, ...], int] = {}
+        self.trail: list[tuple[tuple[int, ...], float | None]] = []
+
+    def __call__(self, idx: tuple[int, ...]) -> float | None:
+        self.calls[idx] = self.calls.get(idx, 0) + 1
+        status, true, noise = self.land.measure(idx)
+        value = None
+        if status == "ok":
+            rng = random.Random(f"{self.seed}:{idx}:{self.calls[idx]}")
+            value = true * math.exp(rng.gauss(0, max(noise, 0.01)))
+        self.trail.append((idx, value))
+        return value
+
+
+def choices(land: Landscape) -> dict[str, int]:
+    """Each knob's number of values: a configuration is an index per knob."""
+    return {n: len(k["values"]) for n, k in land.knobs.items()}
+
+
+def tpe(land: Landscape, budget: int, seed: int, measure: Measure) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    for _ in range(budget):
+        trial = study.ask()
+        idx = tuple(trial.suggest_categorical(n, list(range(k))) for n, k in choices(land).items())
+        value = measure(idx)
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial, value)
+
+
+def ngopt(land: Landscape, budget: int, seed: int, measure: Measure) -> None:
+    import nevergrad as ng
+    import numpy as np
+
+    space = ng.p.Tuple(*(ng.p.Choice(list(range(k))) for k in choices(land).values()))
+    space.random_state = np.random.RandomState(seed)
+    opt = ng.optimizers.NGOpt(parametrization=space, budget=budget, num_workers=1)
+    for _ in range(budget):
+        cand = opt.ask()
+        value = measure(tuple(int(i) for i in cand.value))
+        opt.tell(cand, FAILED_LOSS if value is None else -math.log(value))
+
+
+def random_search(land: Landscape, budget: int, seed: int, measure: Measure) -> None:
+    sizes = list(choices(land).values())
+    for flat in random.Random(seed).sample(range(math.prod(sizes)), min(budget, math.prod(sizes))):
+        idx = []
+        for n in reversed(sizes):
+            flat, i = divmod(flat, n)
+            idx.append(i)
+        measure(tuple(reversed(idx)))
+
+
+SEARCHES = {"tpe": tpe, "ngopt": ngopt, "random": random_search}
+
+
+def missing_peers() -> dict[str, str]:
+    """Peers whose package is not installed (pip install 'eat[bench]'), with the reason."""
+    missing = {}
+    for peer, module in (("tpe", "optuna"), ("ngopt", "nevergrad")):
+        try:
+            __import__(module)
+        except ImportError as e:
+            missing[peer] = f"{module} is not installed ({e})"
+    return missing
+
+
+def peer_run(land: Landscape, budget: int, seed: int, peer: str) -> dict:
+    """One run of a peer: it evaluates `budget` configurations; its best is the configuration
+    it measured highest (what Optuna's best_trial gives), and it never re-times."""
+    measure = Measure(land, seed)
+    try:
+        SEARCHES[peer](land, budget, seed, measure)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    ok = [(value, idx) for idx, value in measure.trail if value is not None]
+    measured, best = max(ok) if ok else (None, None)
+    true = land.true(best) or 0.0
+    reached = next(
+        (
+            i
+            for i, (idx, _) in enumerate(measure.trail, 1)
+            if (v := land.true(idx)) is not None and v * (1 + land.tol(idx, best)) >= true
+        ),
+        len(measure.trail),
+    )
+    return {
+        "best": best,
+        "true": true,
+        "measured": measured,
+        "used": len(measure.trail),
+        "reached": reached,
+        "why": "budget",
+        "plateaus": 0,
+        "restructures": 0,
+        "trail": [idx for idx, _ in measure.trail],
+    }
+
+
 def make_target(land: Landscape, folder: Path) -> Path:
-    shutil.copytree(ROOT / "examples" / "cpu_matmul", folder)
+    shutil.copytree(ROOT / "examples" / land.example, folder)
     toml = folder / "target.toml"
     data = tomllib.loads(toml.read_text())
     toml.write_text(tomli_w.dumps(data | {"name": land.name, "knobs": land.knobs}))
@@ -352,25 +483,27 @@ def better(land: Landscape, x: dict, y: dict) -> dict:
 
 
 def arms(presets) -> dict[str, dict]:
-    """Arm name -> RunConfig overrides."""
+    """eat's arms: name -> RunConfig overrides."""
     return {"supervised": {}, "unrestructured": {"supervise": False}} | {
         f"static {p}": {"teams": [p], "supervise": False} for p in presets
     }
 
 
+def submit(pool, land: Landscape, target: Path, budget: int, seed: int, arm: str, overrides):
+    if arm in PEERS:
+        return pool.submit(peer_run, land, budget, seed, arm)
+    return pool.submit(one_run, land, target, budget, seed, overrides)
+
+
 def landscapes(which: str) -> list[Landscape]:
-    out = [Synthetic(n) for n in WIDTHS if which in (n, "all")]
-    if which in ("cpu_matmul", "all"):
-        if TABLE.is_file():
-            out.append(Replay(TABLE))
-        else:
-            print(f"cpu_matmul: skipped, {TABLE.relative_to(ROOT)} not found", file=sys.stderr)
-    return out
+    out: list[Landscape] = [Synthetic(n) for n in WIDTHS if which in (n, "all")]
+    return out + [Replay(t) for t in sorted(TABLES.glob("*.json")) if which in (t.stem, "all")]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--landscape", choices=[*WIDTHS, "cpu_matmul", "all"], default="all")
+    recorded = sorted(t.stem for t in TABLES.glob("*.json"))
+    ap.add_argument("--landscape", choices=[*WIDTHS, *recorded, "all"], default="all")
     ap.add_argument("--seeds", type=int, default=10, help="run seeds 0 .. N-1")
     ap.add_argument(
         "--budgets", type=int, nargs="+", default=[60, 150], help="evaluations per run (every arm)"
@@ -381,6 +514,10 @@ def main() -> None:
     args = ap.parse_args()
     say = (lambda *a: None) if args.json else print
     started, presets = time.time(), list(load_presets())
+    missing = missing_peers()
+    for peer, why in missing.items():
+        print(f"{peer}: skipped, {why}; pip install 'eat[bench]'", file=sys.stderr)
+    every = arms(presets) | {p: {} for p in PEERS if p not in missing}
     report: dict = {}
     with (
         tempfile.TemporaryDirectory(prefix="eat-bench-", dir=TMP) as tmp,
@@ -396,10 +533,10 @@ def main() -> None:
                         budget,
                         {
                             arm: [
-                                pool.submit(one_run, land, target, budget, seed, overrides)
+                                submit(pool, land, target, budget, seed, arm, overrides)
                                 for seed in range(args.seeds)
                             ]
-                            for arm, overrides in arms(presets).items()
+                            for arm, overrides in every.items()
                         },
                     )
                 )
@@ -409,11 +546,15 @@ def main() -> None:
                 land, budget, runs, say if args.verbose else (lambda *a: None)
             )
             r = report[land.name][str(budget)]
+            vs = r["vs"]
             say(
                 f"{land.name} {budget}: supervised wins {r['wins']}, ties {r['ties']}, losses "
                 f"{r['losses']} of {args.seeds}; median best {r['median_best']:.2f}x (no "
                 f"restructuring {r['median_best_unrestructured']:.2f}x, best static team "
-                f"{r['static_team']} {r['median_best_static']:.2f}x)"
+                f"{r['static_team']} {r['median_best_static']:.2f}x"
+                + "".join(f", {p} {m:.2f}x" for p, m in r["median_best_peers"].items())
+                + ")\n    vs (wins/ties/losses): "
+                + ", ".join(f"{a} {v['wins']}/{v['ties']}/{v['losses']}" for a, v in vs.items())
             )
     wall = time.time() - started
     if args.json:
@@ -444,6 +585,15 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
         key=lambda a: (med[a], statistics.mean(r["true"] for r in runs[a])),
     )
     a, b, c = runs["supervised"], runs["unrestructured"], runs[static]
+    others = {"static": c, "unrestructured": b} | {p: runs[p] for p in PEERS if p in runs}
+    vs = {
+        name: {
+            "wins": sum(beats(land, x, y) for x, y in zip(a, rs)),
+            "ties": sum(not beats(land, x, y) and not beats(land, y, x) for x, y in zip(a, rs)),
+            "losses": sum(beats(land, y, x) and not beats(land, x, y) for x, y in zip(a, rs)),
+        }
+        for name, rs in others.items()
+    }
     score = {"win": 0, "tie": 0, "loss": 0}
     say(f"\n=== {land.name}, {budget} evaluations per run: {land.describe()}")
     say(
@@ -480,6 +630,13 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
         "median_best_static": round(med[static], 3),
         "static_team": static.split()[1],
         "median_best_unrestructured": round(med["unrestructured"], 3),
+        "median_best_peers": {p: round(med[p], 3) for p in PEERS if p in med},
+        "median_reached": {
+            arm: statistics.median(r["reached"] for r in rs)
+            for arm, rs in runs.items()
+            if arm in ("supervised", static, *PEERS)
+        },
+        "vs": vs,
         "median_best_by_static_team": {
             a.split()[1]: round(v, 3) for a, v in med.items() if a.startswith("static")
         },
