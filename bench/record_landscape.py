@@ -127,7 +127,8 @@ def summary(ev: Evaluation) -> dict:
         "status": "ok",
         "speedup": round(ev.speedup, 4),
         "noise": round(statistics.median(w.candidate.iqr_s / w.candidate.median_s for w in ws), 4),
-        "gflops": round(geomean([w.gflops for w in ws]), 2),
+        # a memory-bound target declares bytes, not flops: no GFLOP/s to record
+        "gflops": round(geomean([w.gflops for w in ws]), 2) if all(w.gflops for w in ws) else None,
         "vendor_gflops": round(geomean([w.vendor_gflops for w in ws]), 2)
         if all(w.vendor_gflops for w in ws)
         else None,
