@@ -437,7 +437,9 @@ def test_device_checks_agree_with_the_host_comparison(fake_rt, runner, target, t
     from eat.runners.gpu_harness import DeviceChecks
     from eat.runners.verify import _close_fast
 
-    lib = runner.support_libs(target, QUICK)["check_lib"]
+    job: dict = {}
+    runner.support_libs(target, QUICK, job)
+    lib = job["check_lib"]
     checks = DeviceChecks(lib, Runtime("cuda", fake_rt))  # "device" pointers are host memory
     rng = np.random.default_rng(0)
     rtol, atol = 1e-4, 1e-6

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 import eat
 from eat.errors import EatError
+from eat.runners.job import Job
 from eat.runners.sandbox import Completed
 from eat.target import EvalConfig, Target, geomean
 
@@ -168,7 +169,7 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
     return out
 
 
-def read_result(job: dict, run: Completed, cfg: EvalConfig) -> dict:
+def read_result(job: Job, run: Completed, cfg: EvalConfig) -> dict:
     """The harness's tagged result line, or the status its end implies (timeout, crash)."""
     tag = f"EAT-RESULT {job['nonce']} "
     for line in run.stdout.splitlines():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from eat.runners import sandbox
 from eat.runners.base import Peaks
+from eat.runners.job import NativeJob
 from eat.runners.native import CC_FLAG_DENY, CC_FLAG_OK, NativeRunner, candidate_cflags
 from eat.target import Build, EvalConfig, Target
 
@@ -69,9 +70,10 @@ class CpuRunner(NativeRunner):
             max_output_chars=64_000,
         )
 
-    def job_extra(self, mode: str) -> dict:
-        extra = {"flush_bytes": 2 * _llc_bytes()}
-        return extra | {"cpu": self.cpu} if mode == "time" else extra
+    def job_extra(self, job: NativeJob) -> None:
+        job["flush_bytes"] = 2 * _llc_bytes()
+        if job["mode"] == "time":
+            job["cpu"] = self.cpu
 
 
 @lru_cache(maxsize=1)

@@ -44,6 +44,7 @@ from pathlib import Path
 from eat.errors import BadInput, RunnerUnavailable
 from eat.runners import gpurt, sandbox
 from eat.runners.base import Peaks, eat_pythonpath
+from eat.runners.job import NativeJob
 from eat.runners.native import CC_FLAG_DENY, CC_FLAG_OK, NativeRunner, candidate_cflags
 from eat.target import Build, EvalConfig, Target
 
@@ -186,31 +187,27 @@ class GpuRunner(NativeRunner):
             max_output_chars=64_000,
         )
 
-    def support_libs(self, target: Target, cfg: EvalConfig) -> dict:
+    def support_libs(self, target: Target, cfg: EvalConfig, job: NativeJob) -> None:
         # The harness's device-side checks (device_check.cu), for this device's arch.
         flags = ["-O3", "-fmad=false"] if self.name == "cuda" else ["-O3", "-ffp-contract=off"]
-        return {
-            "check_lib": str(
-                self._kept_lib(
-                    target,
-                    cfg,
-                    f"device-check-{self.name}",
-                    _CHECK_SOURCE.read_text(),
-                    flags,
-                    "eat's device checks (device_check.cu) do not build",
-                )
+        job["check_lib"] = str(
+            self._kept_lib(
+                target,
+                cfg,
+                f"device-check-{self.name}",
+                _CHECK_SOURCE.read_text(),
+                flags,
+                "eat's device checks (device_check.cu) do not build",
             )
-        }
+        )
 
-    def job_extra(self, mode: str) -> dict:
+    def job_extra(self, job: NativeJob) -> None:
         info = self._info()
         if "reason" in info:  # reached only past compiling: nothing ran on a device yet
             raise RunnerUnavailable(f"the {self.name} runner cannot run here: {info['reason']}")
-        return {
-            "kind": self.name,
-            "runtime": info["library"],
-            "flush_bytes": 2 * (info["l2_bytes"] or 64 << 20),
-        }
+        job["gpu"] = self.name
+        job["runtime"] = info["library"]
+        job["flush_bytes"] = 2 * (info["l2_bytes"] or 64 << 20)
 
 
 def cuda_arch(

@@ -44,6 +44,7 @@ from eat.runners.harness import (
     verify,
 )
 from eat.runners.inputs import generates, load_py
+from eat.runners.job import NativeJob
 from eat.runners.verify import poison_byte
 
 
@@ -126,7 +127,7 @@ class DeviceWorkload(Workload):
     to explain a failure; the host arrays stage those copies."""
 
     def __init__(
-        self, job: dict, index: int, rt: Runtime, checks: DeviceChecks | None, ref_mod=None
+        self, job: NativeJob, index: int, rt: Runtime, checks: DeviceChecks | None, ref_mod=None
     ):
         super().__init__(job, index, ref_mod)
         self.rt, self.checks, self.tol = rt, checks, job["tolerance"]
@@ -263,8 +264,8 @@ class DeviceTimer:
         return self.rt.elapsed_s(self.start, self.end)
 
 
-def _setup(job: dict) -> tuple:
-    rt = Runtime(job["kind"], job["runtime"])
+def _setup(job: NativeJob) -> tuple:
+    rt = Runtime(job["gpu"], job["runtime"])
     rt.set_device(0)  # the runner made the chosen GPU this process's only visible one
     checks = DeviceChecks(job["check_lib"], rt) if job.get("check_lib") else None
     ref_mod = load_py(job["reference"]["file"], "reference") if generates(job) else None
@@ -272,15 +273,15 @@ def _setup(job: dict) -> tuple:
     base_fn = vendor = timer = None
     if job["mode"] == "time":
         timer = DeviceTimer(rt, job["flush_bytes"])
-        if job.get("baseline_lib"):
-            base_fn = bind_entry(job["baseline_lib"], job)
-        if job.get("vendor"):
-            vendor = load_vendor(job)
+        if lib := job.get("baseline_lib"):
+            base_fn = bind_entry(lib, job)
+        if call := job.get("vendor"):
+            vendor = load_vendor(call)
     rt.synchronize()
     return rt, workloads, base_fn, vendor, timer
 
 
-def _check(job: dict, state: tuple) -> dict:
+def _check(job: NativeJob, state: tuple) -> dict:
     rt, workloads, base_fn, vendor, timer = state
     fn = bind_entry(job["candidate_lib"], job)
     gc.disable()

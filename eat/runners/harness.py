@@ -24,6 +24,7 @@ import numpy as np
 
 from eat.runners.cabi import C_TYPES
 from eat.runners.inputs import SetChanged, generates, load_py, make_set, set_index, workload_sets
+from eat.runners.job import Call, Job, NativeJob, Race
 from eat.runners.sandbox import confine, lock_down
 from eat.runners.verify import Mismatch, compare, poison
 
@@ -76,7 +77,7 @@ class Workload(Snapshots):
     first, so a candidate that keys saved results on buffer addresses is caught.
     """
 
-    def __init__(self, job: dict, index: int, ref_mod=None):
+    def __init__(self, job: NativeJob, index: int, ref_mod=None):
         workload = job["workloads"][index]
         params, shapes = workload["params"], workload["shapes"]
         self.params = params
@@ -161,7 +162,7 @@ def call_args(args: list[dict], values: dict) -> tuple:
     )
 
 
-def bind_entry(path: str, job: dict):
+def bind_entry(path: str, job: NativeJob):
     """The job's entry point in the built library at `path` (a compile_error when it is not
     there to load)."""
     try:
@@ -176,7 +177,7 @@ def bind_entry(path: str, job: dict):
     return fn
 
 
-def verify(job: dict, workloads: list[Workload], fn) -> dict:
+def verify(job: Job, workloads: list[Workload], fn) -> dict:
     tol = job["tolerance"]
     for w in workloads:
         for seed in range(len(w.sets)):
@@ -248,13 +249,13 @@ class HostTimer:
         return (time.perf_counter_ns() - t0) / 1e9
 
 
-def load_vendor(job: dict) -> tuple:
+def load_vendor(call: Call) -> tuple:
     """(the vendor function, seconds its loading took), or instead of the function a string
     saying why it cannot be had here (torch missing, say): the vendor is then not timed, and the
     candidate is judged without it."""
     t0 = time.perf_counter()
     try:
-        fn = getattr(load_py(job["vendor"]["file"], "vendor"), job["vendor"]["function"])
+        fn = getattr(load_py(call["file"], "vendor"), call["function"])
     except Exception as e:
         fn = f"the vendor could not be loaded: {type(e).__name__}: {e}"[:300]
     return fn, time.perf_counter() - t0
@@ -270,12 +271,13 @@ def implementations(fn, base_fn, vendor_fn) -> dict:
     return impls
 
 
-def time_native(job: dict, workloads: list[Workload], fn, base_fn, vendor, timer) -> dict:
+def time_native(job: NativeJob, workloads: list[Workload], fn, base_fn, vendor, timer) -> dict:
     """time_all over the candidate, baseline and vendor (load_vendor's pair, or None) of a
     native job; a vendor that could not be loaded is reported as `vendor_error`, the seconds
     its loading took as `vendor_load_s`."""
     vendor_fn, load_s = vendor or (None, 0.0)
-    res = time_all(job, workloads, implementations(fn, base_fn, vendor_fn), timer)
+    impls = implementations(fn, base_fn, vendor_fn)
+    res = time_all(job, workloads, impls, timer, race=job.get("race"))
     return (
         res
         | {"vendor_load_s": load_s}
@@ -284,14 +286,20 @@ def time_native(job: dict, workloads: list[Workload], fn, base_fn, vendor, timer
 
 
 def time_all(
-    job: dict, workloads: list[Workload], impls: dict, timer, watch_others: bool = True
+    job: Job,
+    workloads: list[Workload],
+    impls: dict,
+    timer,
+    watch_others: bool = True,
+    race: Race | None = None,
 ) -> dict:
     """Median and IQR of each implementation per workload, the candidate's outputs re-checked.
 
     `impls` comes from implementations(); each call is built before the timer starts. `timer`
     has flush() and time(call) -> seconds. CPU burnt by other threads is watched in an idle
     window after each workload and, with `watch_others`, while the baseline and vendor run
-    (not where a framework runs them on threads of its own, as MLX does).
+    (not where a framework runs them on threads of its own, as MLX does). A `race` stops
+    timing a workload whose candidate is far slower than the best one so far.
     """
     cfg, tol = job["config"], job["tolerance"]
     watch = _CpuWatch()
@@ -307,7 +315,6 @@ def time_all(
             return timer.time(call)
 
     warmup = cfg["warmup"]
-    race = job.get("race")
     raced = []
     for wi, w in enumerate(workloads):
         kinds = list(impls)
@@ -416,21 +423,21 @@ def serve(setup, check) -> None:
     os.close(result_fd)
 
 
-def _setup(job: dict) -> tuple:
+def _setup(job: NativeJob) -> tuple:
     ref_mod = load_py(job["reference"]["file"], "reference") if generates(job) else None
     workloads = [Workload(job, i, ref_mod) for i in range(len(job["workloads"]))]
     base_fn = vendor = None
     if job["mode"] == "time":
-        if job.get("cpu") is not None:
-            os.sched_setaffinity(0, {job["cpu"]})
-        if job.get("baseline_lib"):
-            base_fn = bind_entry(job["baseline_lib"], job)
-        if job.get("vendor"):
-            vendor = load_vendor(job)
+        if (cpu := job.get("cpu")) is not None:
+            os.sched_setaffinity(0, {cpu})
+        if lib := job.get("baseline_lib"):
+            base_fn = bind_entry(lib, job)
+        if call := job.get("vendor"):
+            vendor = load_vendor(call)
     return workloads, base_fn, vendor
 
 
-def _check(job: dict, state: tuple) -> dict:
+def _check(job: NativeJob, state: tuple) -> dict:
     workloads, base_fn, vendor = state
     fn = bind_entry(job["candidate_lib"], job)
     gc.disable()

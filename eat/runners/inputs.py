@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from eat.runners.cabi import C_TYPES
+from eat.runners.job import Job, MakeSets, NativeJob
 
 PROBE_TAG = "EAT-INPUTS "
 TIMED_SEED0 = 1_000_000  # timed seeds start here: none is a verification seed
@@ -67,13 +68,13 @@ def load_py(path: str, name: str):
     return module
 
 
-def make_set(job: dict, workload: dict, ref_mod, seed: int) -> dict:
+def make_set(job: MakeSets | NativeJob, workload: dict, ref_mod, seed: int) -> dict:
     """{"inputs": {name: array}, "expected": {name: array}} for one seed of one workload."""
     params, shapes = workload["params"], workload["shapes"]
     rng = np.random.default_rng(seed)
     made = {}
-    if job["reference"].get("inputs"):
-        made = getattr(ref_mod, job["reference"]["inputs"])(rng, **params)
+    if name := job["reference"].get("inputs"):
+        made = getattr(ref_mod, name)(rng, **params)
     inputs, outputs, scalars = {}, {}, {}
     for a in job["args"]:
         if not a["pointer"]:
@@ -172,7 +173,7 @@ def prepare(folder: Path, cfg: dict, workloads: int, make, room: int | None = No
     return {"workloads": out}
 
 
-def prepare_job(job: dict) -> dict:
+def prepare_job(job: MakeSets) -> dict:
     """prepare() for a native target: the arrays of its C signature."""
     ref_mod = load_py(job["reference"]["file"], "reference")
     return prepare(
@@ -279,12 +280,12 @@ class MadeSets:
         return self.sets[i]
 
 
-def generates(job: dict) -> bool:
+def generates(job: Job) -> bool:
     """Whether the harness makes some of the job's sets itself (and so needs the reference)."""
     return any("generate" in w for w in job["sets"]["workloads"])
 
 
-def workload_sets(job: dict, index: int, make, convert=None):
+def workload_sets(job: Job, index: int, make, convert=None):
     """Workload `index`'s sets for the job's mode: read from their files (SetFiles), or, where
     the manifest says to generate them, made now with make(seed) (MadeSets)."""
     entry = job["sets"]["workloads"][index]

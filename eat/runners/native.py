@@ -45,6 +45,7 @@ from eat.runners.base import (
     source_hash,
     summarize,
 )
+from eat.runners.job import MakeSets, NativeJob, Sets
 from eat.runners.sets import again_if_sets_changed, grown, input_sets, sets_detail, source_key
 from eat.target import EvalConfig, Target, eval_expr
 
@@ -151,8 +152,8 @@ class NativeRunner(ABC):
         """The harness child's limits."""
 
     @abstractmethod
-    def job_extra(self, mode: str) -> dict:
-        """Fields this runner's harness needs in a job of `mode` (verify, time)."""
+    def job_extra(self, job: NativeJob) -> None:
+        """Set the fields this runner's harness needs in `job` (for its mode)."""
 
     def evaluate(
         self,
@@ -199,7 +200,7 @@ class NativeRunner(ABC):
             baseline_lib = self._baseline_lib(target, cfg)
             job = self._job(target, cfg, tmp / "candidate.so")
             t0 = time.monotonic()
-            res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
+            res, run = self._harness(job, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
             if res["status"] != "ok" or not cfg.timed:
                 return Evaluation(
@@ -242,16 +243,22 @@ class NativeRunner(ABC):
         return built.stderr
 
     def _time(
-        self, target: Target, cfg: EvalConfig, job: dict, baseline_lib: Path, tmp: Path, ev: dict
+        self,
+        target: Target,
+        cfg: EvalConfig,
+        job: NativeJob,
+        baseline_lib: Path,
+        tmp: Path,
+        ev: dict,
     ) -> Evaluation:
         """Time the verified candidate beside the baseline or vendor (or the anchor's one of
         them), under the device's lock; keep what the anchor and the race learn."""
         anchor_key = self._anchor_key(target, cfg, baseline_lib)
         anchor = Anchor.load(anchor_key) if target.vendor else None
-        timing = self._timing(target, cfg, anchor_key, anchor, baseline_lib)
+        timed = self._timed(job, target, cfg, anchor_key, anchor, baseline_lib)
         with device_lock(self.lock_name):
             t0 = time.monotonic()
-            res, run = self._harness(job | self.job_extra("time") | timing, tmp, cfg)
+            res, run = self._harness(timed, tmp, cfg)
             ev["durations"]["time_s"] = time.monotonic() - t0
         if res["status"] != "ok":
             return Evaluation(
@@ -281,36 +288,33 @@ class NativeRunner(ABC):
             **ev,
         )
 
-    def _timing(
+    def _timed(
         self,
+        job: NativeJob,
         target: Target,
         cfg: EvalConfig,
         anchor_key: str,
         anchor: Anchor | None,
         baseline_lib: Path,
-    ) -> dict:
-        """The time job's own keys: what is timed beside the candidate (the anchor's kind
-        alone, once one is stored) and the race against the best so far."""
+    ) -> NativeJob:
+        """The verify job made a time job: what is timed beside the candidate (the anchor's
+        kind alone, once one is stored) and the race against the best so far."""
         timed = {anchor.kind} if anchor else {"baseline", "vendor"}
         race_kind = anchor.kind if anchor else "vendor" if target.vendor else "baseline"
         best = self._best.get(anchor_key, {}).get(race_kind)
-        return {
-            "mode": "time",
-            "race": best
-            and cfg.race_rounds
-            and {
-                "kind": race_kind,
-                "rounds": cfg.race_rounds,
-                "ratios": [RACE_MARGIN * b for b in best],
-            },
-            "baseline_lib": str(baseline_lib) if "baseline" in timed else None,
-            "vendor": target.vendor
-            and "vendor" in timed
-            and {
-                "file": str(target.path(target.vendor.file).resolve()),
-                "function": target.vendor.function,
-            },
-        }
+        out = job.copy()
+        out["mode"] = "time"
+        out["race"] = None
+        if best and cfg.race_rounds:
+            ratios = [RACE_MARGIN * b for b in best]
+            out["race"] = {"kind": race_kind, "rounds": cfg.race_rounds, "ratios": ratios}
+        out["baseline_lib"] = str(baseline_lib) if "baseline" in timed else None
+        out["vendor"] = None
+        if target.vendor and "vendor" in timed:
+            vendor = str(target.path(target.vendor.file).resolve())
+            out["vendor"] = {"file": vendor, "function": target.vendor.function}
+        self.job_extra(out)
+        return out
 
     def _learn(self, anchor_key: str, anchor: Anchor | None, res: dict, cfg: EvalConfig) -> dict:
         """Keep the best times for the race, and the anchor: scale by a stored one, or store
@@ -428,11 +432,11 @@ class NativeRunner(ABC):
             maybe_prune()
         return lib
 
-    def support_libs(self, target: Target, cfg: EvalConfig) -> dict:
-        """Job fields naming libraries the harness needs besides the candidate (built here)."""
-        return {}
+    def support_libs(self, target: Target, cfg: EvalConfig, job: NativeJob) -> None:  # noqa: B027
+        """Name in `job` the libraries the harness needs besides the candidate (built here);
+        none but the candidate's by default."""
 
-    def _job(self, target: Target, cfg: EvalConfig, lib: Path) -> dict:
+    def _job(self, target: Target, cfg: EvalConfig, lib: Path) -> NativeJob:
         workloads = [
             {
                 "params": w,
@@ -443,8 +447,9 @@ class NativeRunner(ABC):
             for w in target.workloads
         ]
         ref = target.reference
-        job = {
+        job: NativeJob = {
             "nonce": secrets.token_hex(16),
+            "mode": "verify",
             "entry": target.entry.name,
             "args": [a.model_dump() for a in target.args],
             "workloads": workloads,
@@ -459,29 +464,36 @@ class NativeRunner(ABC):
             "lock_down": self.lock_down,
             "confine_writes": cfg.confine_writes,
             "unreadable": target.unreadable,
+            "flush_bytes": 0,
+            "sets": {"dir": "", "workloads": []},
         }
-        return (
-            job
-            | {"sets": self._input_sets(target, job)}
-            | self.job_extra("verify")
-            | self.support_libs(target, cfg)
-        )
+        job["sets"] = self._input_sets(target, job)
+        self.job_extra(job)
+        self.support_libs(target, cfg, job)
+        return job
 
-    def _input_sets(self, target: Target, job: dict) -> dict:
+    def _input_sets(self, target: Target, job: NativeJob) -> Sets:
         """Where this target's input sets are and their fingerprints; made by a child on first
         use."""
-        decides = {k: job[k] for k in ("args", "workloads", "reference")}
+        make: MakeSets = {
+            "args": job["args"],
+            "workloads": job["workloads"],
+            "reference": job["reference"],
+            "config": job["config"],
+        }
         return input_sets(
             target.name,
             [
                 *source_key(job["reference"], target.root),
-                {k: job[k] for k in ("args", "workloads")},
+                {"args": job["args"], "workloads": job["workloads"]},
             ],
-            decides | {"config": job["config"]},
+            make,
             [sys.executable, "-m", "eat.runners.inputs"],
         )
 
-    def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
+    def _harness(
+        self, job: NativeJob, tmp: Path, cfg: EvalConfig
+    ) -> tuple[dict, sandbox.Completed]:
         env = sandbox.clean_env(tmp, self.child_env() | {"PYTHONPATH": eat_pythonpath()})
         run = sandbox.run(
             [sys.executable, "-m", self.harness_module],

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from eat.runners.job import MakeSets, PythonJob
 from eat.runners.verify import poison
 
 
@@ -215,7 +216,7 @@ class MlxBackend:
         return (time.perf_counter_ns() - t0) / 1e9
 
 
-def backend(job: dict):
+def backend(job: MakeSets | PythonJob):
     """The job's framework on its device."""
     return (MlxBackend if job["framework"] == "mlx" else TorchBackend)(job["device"])
 

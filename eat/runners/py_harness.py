@@ -23,6 +23,7 @@ import numpy as np
 from eat.runners import inputs
 from eat.runners.harness import Outcome, Snapshots, serve, time_all, verify
 from eat.runners.inputs import load_py, workload_sets
+from eat.runners.job import MakeSets, PythonJob
 from eat.runners.py_backends import arrays_in, backend
 from eat.runners.verify import compare
 
@@ -69,13 +70,21 @@ def _unpack(packed, arrays: list):
     return packed
 
 
-def _reference(job: dict, params: dict, be, ref_mod):
+def named(mod, name: str | None):
+    """The reference module's function `name`, one the target declares (a Python target names
+    its inputs maker, a module target its constructor arguments' too: load_target checks)."""
+    if name is None:
+        raise ValueError("the target names no such function of its reference")
+    return getattr(mod, name)
+
+
+def _reference(job: MakeSets | PythonJob, params: dict, be, ref_mod):
     """The reference's callable for this workload (a module entry built as candidates are)."""
     ref = job["reference"]
     ref_fn = getattr(ref_mod, ref["function"])
     if job["kind"] != "module":
         return ref_fn
-    return be.build(ref_fn, getattr(ref_mod, ref["init_inputs"])(**params))
+    return be.build(ref_fn, named(ref_mod, ref.get("init_inputs"))(**params))
 
 
 def make_set(be, make, ref_fn, params: dict, seed: int) -> dict:
@@ -105,11 +114,11 @@ def make_set(be, make, ref_fn, params: dict, seed: int) -> dict:
     }
 
 
-def prepare(job: dict) -> dict:
+def prepare(job: MakeSets) -> dict:
     """The sets of every workload (inputs.prepare), made with the reference on the device."""
     be = backend(job)
     ref_mod = load_py(job["reference"]["file"], "reference")
-    make = getattr(ref_mod, job["reference"]["inputs"])
+    make = named(ref_mod, job["reference"]["inputs"])
     refs = [_reference(job, params, be, ref_mod) for params in job["workloads"]]
     return inputs.prepare(
         Path(job["dir"]),
@@ -128,14 +137,14 @@ class Case(Snapshots):
     is a module (the candidate's or the baseline's), whose entry Case.bind finds or builds.
     """
 
-    def __init__(self, job: dict, index: int, be, ref_mod):
+    def __init__(self, job: PythonJob, index: int, be, ref_mod):
         params = job["workloads"][index]
         self.be, self.params, self.job = be, params, job
         self.out = None  # what the last call returned
         self._bound: dict[int, object] = {}
         self.label = ", ".join(f"{k}={v}" for k, v in params.items()) or "default workload"
         self.init_args = (
-            getattr(ref_mod, job["reference"]["init_inputs"])(**params)
+            named(ref_mod, job["reference"].get("init_inputs"))(**params)
             if job["kind"] == "module"
             else None
         )
@@ -145,7 +154,7 @@ class Case(Snapshots):
             partial(
                 make_set,
                 be,
-                getattr(ref_mod, job["reference"]["inputs"]),
+                named(ref_mod, job["reference"]["inputs"]),
                 _reference(job, params, be, ref_mod),
                 params,
             )
@@ -296,7 +305,7 @@ class Case(Snapshots):
         )
 
 
-def _load_candidate(path: str, job: dict):
+def _load_candidate(path: str, job: PythonJob):
     try:
         mod = load_py(path, "candidate")
     except Exception as e:
@@ -308,11 +317,11 @@ def _load_candidate(path: str, job: dict):
     return mod
 
 
-def _setup(job: dict) -> tuple:
-    if job["mode"] == "time" and job.get("cpu") is not None:
+def _setup(job: PythonJob) -> tuple:
+    if job["mode"] == "time" and (cpu := job.get("cpu")) is not None:
         # The timing core, as the native harness takes it: only timing holds it (its lock), so
         # a verification beside it runs elsewhere.
-        os.sched_setaffinity(0, {job["cpu"]})
+        os.sched_setaffinity(0, {cpu})
     be = backend(job)
     # The inputs come from the cached sets, but the reference is still loaded before the
     # candidate: it may put modules a candidate imports by name in sys.modules (GPU MODE's
@@ -323,7 +332,7 @@ def _setup(job: dict) -> tuple:
     return cases, base_mod
 
 
-def _check(job: dict, state: tuple) -> dict:
+def _check(job: PythonJob, state: tuple) -> dict:
     cases, base_mod = state
     sys.path.insert(0, os.path.dirname(job["candidate"]))
     mod = _load_candidate(job["candidate"], job)

@@ -35,6 +35,7 @@ from eat.runners.base import (
     summarize,
 )
 from eat.runners.cpu import cpu_model
+from eat.runners.job import MakeSets, PythonJob, Sets
 from eat.runners.sets import again_if_sets_changed, grown, input_sets, sets_detail, source_key
 from eat.target import EvalConfig, Target
 
@@ -136,7 +137,7 @@ class PythonRunner:
             (tmp / "candidate.py").write_text(source)
             job = self._job(target, cfg, tmp / "candidate.py")
             t0 = time.monotonic()
-            res, run = self._harness(job | {"mode": "verify"}, tmp, cfg)
+            res, run = self._harness(job, tmp, cfg)
             durations["verify_s"] = time.monotonic() - t0
             if res["status"] == "ok" and not cfg.timed:
                 return Evaluation(
@@ -146,15 +147,10 @@ class PythonRunner:
                 # The GPU runner's slot for device 0 (the one torch uses): one timing per GPU.
                 with device_lock(self.name if self.name in ("cpu", "mlx") else f"{self.name}0"):
                     t0 = time.monotonic()
-                    res, run = self._harness(
-                        job
-                        | {
-                            "mode": "time",
-                            "baseline": str(target.path(target.baseline.file).resolve()),
-                        },
-                        tmp,
-                        cfg,
-                    )
+                    timed = job.copy()
+                    timed["mode"] = "time"
+                    timed["baseline"] = str(target.path(target.baseline.file).resolve())
+                    res, run = self._harness(timed, tmp, cfg)
                     durations["time_s"] = time.monotonic() - t0
             if res["status"] != "ok":
                 return Evaluation(
@@ -176,10 +172,11 @@ class PythonRunner:
                 **ev,
             )
 
-    def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> dict:
+    def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> PythonJob:
         ref = target.reference
-        job = {
+        job: PythonJob = {
             "nonce": secrets.token_hex(16),
+            "mode": "verify",
             "framework": self.framework,
             "device": self.device_kind,
             "entry": target.entry.name,
@@ -199,12 +196,21 @@ class PythonRunner:
             "lock_down": not (cfg.allow_processes or self.language == "triton"),
             "confine_writes": cfg.confine_writes,
             "unreadable": target.unreadable,
+            "sets": {"dir": "", "workloads": []},
         }
-        return job | {"sets": self._input_sets(target, job, cfg)}
+        job["sets"] = self._input_sets(target, job, cfg)
+        return job
 
-    def _input_sets(self, target: Target, job: dict, cfg: EvalConfig) -> dict:
+    def _input_sets(self, target: Target, job: PythonJob, cfg: EvalConfig) -> Sets:
         """The target's input sets, made by the reference on this runner's device once."""
-        decides = {k: job[k] for k in ("framework", "device", "kind", "reference", "workloads")}
+        decides: MakeSets = {
+            "framework": job["framework"],
+            "device": job["device"],
+            "kind": job["kind"],
+            "reference": job["reference"],
+            "workloads": job["workloads"],
+            "config": job["config"],
+        }
         try:  # the reference runs in the framework: its version may change what it gives
             version = importlib.metadata.version(self.framework)
         except importlib.metadata.PackageNotFoundError:
@@ -213,10 +219,10 @@ class PythonRunner:
             target.name,
             [
                 *source_key(job["reference"], target.root),
-                {k: v for k, v in decides.items() if k != "reference"},
+                {k: job[k] for k in ("framework", "device", "kind", "workloads")},
                 version,
             ],
-            decides | {"config": job["config"]},
+            decides,
             [sys.executable, "-m", "eat.runners.py_harness", "prepare"],
             self._env(),
             self._limits(cfg),
@@ -242,7 +248,9 @@ class PythonRunner:
             if var in os.environ
         }
 
-    def _harness(self, job: dict, tmp: Path, cfg: EvalConfig) -> tuple[dict, sandbox.Completed]:
+    def _harness(
+        self, job: PythonJob, tmp: Path, cfg: EvalConfig
+    ) -> tuple[dict, sandbox.Completed]:
         extra = {"PYTHONPATH": eat_pythonpath()} | self._env() | STEADY_MALLOC
         run = sandbox.run(
             [sys.executable, "-m", "eat.runners.py_harness"],

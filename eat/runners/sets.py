@@ -22,11 +22,12 @@ from eat.cache import PRUNE_EVERY_S, inputs_dir, max_bytes, maybe_prune, used
 from eat.runners import inputs, sandbox
 from eat.runners.base import Evaluation, HarnessError, SetsChanged, eat_pythonpath
 from eat.runners.inputs import SetFiles
+from eat.runners.job import MakeSets, Reference, Sets
 from eat.seal import digest, files_of, stats
 from eat.target import EvalConfig
 
 # Input sets' manifests, per folder and pool sizes: made (and fingerprinted) once per process.
-_SETS: dict[tuple[Path, tuple], dict] = {}
+_SETS: dict[tuple[Path, tuple], Sets] = {}
 _SETS_LOCK = threading.Lock()
 # When this process last marked each of them used (time.monotonic()).
 _USED: dict[tuple[Path, tuple], float] = {}
@@ -36,11 +37,11 @@ ROOM_SHARE = 4  # one workload's sets may take up to this share of the cache's c
 def input_sets(
     name: str,
     key: list,
-    job: dict,
+    job: MakeSets,
     command: list[str],
     env: dict[str, str] | None = None,
     limits: sandbox.Limits | None = None,
-) -> dict:
+) -> Sets:
     """The manifest of target `name`'s input sets ({"dir", "workloads"}): kept in this process,
     else by an earlier one beside the sets, else made by `command`, a child with no candidate
     in it that reads `job` (plus "dir") on stdin and answers as inputs.answer does.
@@ -56,7 +57,8 @@ def input_sets(
     with _SETS_LOCK:  # turns on several threads: one child makes them, the others wait
         _mark_used(slot)
         if slot not in _SETS and (kept := inputs.read_manifest(folder, sizes)):
-            _SETS[slot] = kept | {"dir": str(folder)}  # made by an earlier process
+            # made by an earlier process
+            _SETS[slot] = {"dir": str(folder), "workloads": kept["workloads"]}
         made = slot not in _SETS
         if made:
             _SETS[slot] = _make(name, slot, job, command, env, limits)
@@ -75,7 +77,7 @@ HELD = 3  # besides its sets, a harness holds about this many sets' worth per wo
 #           the outputs read back, a copy on the device)
 
 
-def grown(limits: sandbox.Limits, manifest: dict, cfg: EvalConfig, mode: str) -> sandbox.Limits:
+def grown(limits: sandbox.Limits, manifest: Sets, cfg: EvalConfig, mode: str) -> sandbox.Limits:
     """A harness's `limits` (for a job of `mode` on these sets) grown with its workloads: memory
     for the sets it holds (every set of a workload it makes, else SetFiles' few) and its
     buffers; wall and CPU seconds for making sets and for calls as slow as the reference's
@@ -96,7 +98,7 @@ def grown(limits: sandbox.Limits, manifest: dict, cfg: EvalConfig, mode: str) ->
     return limits
 
 
-def sets_detail(manifest: dict, cfg: EvalConfig) -> dict:
+def sets_detail(manifest: Sets, cfg: EvalConfig) -> dict:
     """What an evaluation's detail says of its input sets where they are fewer than a run's
     default or made in the harness: per workload, how many distinct sets it verified and timed
     on, and where they came from; {} where every workload had all of them from the cache."""
@@ -113,7 +115,7 @@ def sets_detail(manifest: dict, cfg: EvalConfig) -> dict:
     return {"input_sets": rows}
 
 
-def source_key(reference: dict, root: Path) -> list:
+def source_key(reference: Reference, root: Path) -> list:
     """What of a target's files decides its sets, wherever its folder lies (a run judges a
     copy of it): the reference's name and source, and what private/ holds (data the reference
     may read)."""
@@ -168,11 +170,11 @@ def _mark_used(slot: tuple[Path, tuple]) -> None:
 def _make(
     name: str,
     slot: tuple[Path, tuple],
-    job: dict,
+    job: MakeSets,
     command: list[str],
     env: dict[str, str] | None,
     limits: sandbox.Limits | None,
-) -> dict:
+) -> Sets:
     """The manifest of the sets `command` makes in the folder of `slot` (also kept there)."""
     (folder, sizes), cfg = slot, job["config"]
     limits = limits or sandbox.Limits(address_space_bytes=cfg["memory_mb"] << 20)
@@ -208,4 +210,4 @@ def _make(
             f"target {name}: making its inputs with the reference failed: {why[:300]}"
         )
     inputs.write_manifest(folder, sizes, made)
-    return made | {"dir": str(folder)}
+    return {"dir": str(folder), "workloads": made["workloads"]}
