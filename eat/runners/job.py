@@ -81,7 +81,7 @@ class NativeJob(Job):
 
     args: list[dict[str, Any]]  # the C signature's arguments
     candidate_lib: str
-    flush_bytes: int  # the cache flush between timed calls
+    flush_bytes: NotRequired[int]  # the cache flush between timed calls (the runner's job_extra)
     race: NotRequired[Race | None]
     baseline_lib: NotRequired[str | None]  # time mode: None where an anchor stands for it
     vendor: NotRequired[Call | None]  # time mode: None where an anchor stands for it

@@ -447,10 +447,7 @@ class NativeRunner(ABC):
             for w in target.workloads
         ]
         ref = target.reference
-        job: NativeJob = {
-            "nonce": secrets.token_hex(16),
-            "mode": "verify",
-            "entry": target.entry.name,
+        make: MakeSets = {
             "args": [a.model_dump() for a in target.args],
             "workloads": workloads,
             "reference": {
@@ -458,34 +455,35 @@ class NativeRunner(ABC):
                 "function": ref.function,
                 "inputs": ref.inputs,
             },
-            "tolerance": target.tolerance.model_dump(),
             "config": cfg.model_dump(),
+        }
+        job: NativeJob = {
+            "nonce": secrets.token_hex(16),
+            "mode": "verify",
+            "entry": target.entry.name,
+            "args": make["args"],
+            "workloads": workloads,
+            "reference": make["reference"],
+            "tolerance": target.tolerance.model_dump(),
+            "config": make["config"],
             "candidate_lib": str(lib),
             "lock_down": self.lock_down,
             "confine_writes": cfg.confine_writes,
             "unreadable": target.unreadable,
-            "flush_bytes": 0,
-            "sets": {"dir": "", "workloads": []},
+            "sets": self._input_sets(target, make),
         }
-        job["sets"] = self._input_sets(target, job)
         self.job_extra(job)
         self.support_libs(target, cfg, job)
         return job
 
-    def _input_sets(self, target: Target, job: NativeJob) -> Sets:
+    def _input_sets(self, target: Target, make: MakeSets) -> Sets:
         """Where this target's input sets are and their fingerprints; made by a child on first
         use."""
-        make: MakeSets = {
-            "args": job["args"],
-            "workloads": job["workloads"],
-            "reference": job["reference"],
-            "config": job["config"],
-        }
         return input_sets(
             target.name,
             [
-                *source_key(job["reference"], target.root),
-                {"args": job["args"], "workloads": job["workloads"]},
+                *source_key(make["reference"], target.root),
+                {"args": make["args"], "workloads": make["workloads"]},
             ],
             make,
             [sys.executable, "-m", "eat.runners.inputs"],

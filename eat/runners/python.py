@@ -174,12 +174,9 @@ class PythonRunner:
 
     def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> PythonJob:
         ref = target.reference
-        job: PythonJob = {
-            "nonce": secrets.token_hex(16),
-            "mode": "verify",
+        make: MakeSets = {
             "framework": self.framework,
             "device": self.device_kind,
-            "entry": target.entry.name,
             "kind": target.entry.kind,
             "reference": {
                 "file": str(target.path(ref.file).resolve()),
@@ -188,29 +185,30 @@ class PythonRunner:
                 "init_inputs": ref.init_inputs,
             },
             "workloads": target.workloads,
-            "tolerance": target.tolerance.model_dump(),
             "config": cfg.model_dump(),
+        }
+        return {
+            "nonce": secrets.token_hex(16),
+            "mode": "verify",
+            "framework": self.framework,
+            "device": self.device_kind,
+            "entry": target.entry.name,
+            "kind": target.entry.kind,
+            "reference": make["reference"],
+            "workloads": target.workloads,
+            "tolerance": target.tolerance.model_dump(),
+            "config": make["config"],
             "candidate": str(candidate),
             "cpu": self.cpu if self.device_kind == "cpu" else None,
             # Triton compiles with child processes (ptxas, a C compiler for its launcher).
             "lock_down": not (cfg.allow_processes or self.language == "triton"),
             "confine_writes": cfg.confine_writes,
             "unreadable": target.unreadable,
-            "sets": {"dir": "", "workloads": []},
+            "sets": self._input_sets(target, make, cfg),
         }
-        job["sets"] = self._input_sets(target, job, cfg)
-        return job
 
-    def _input_sets(self, target: Target, job: PythonJob, cfg: EvalConfig) -> Sets:
+    def _input_sets(self, target: Target, make: MakeSets, cfg: EvalConfig) -> Sets:
         """The target's input sets, made by the reference on this runner's device once."""
-        decides: MakeSets = {
-            "framework": job["framework"],
-            "device": job["device"],
-            "kind": job["kind"],
-            "reference": job["reference"],
-            "workloads": job["workloads"],
-            "config": job["config"],
-        }
         try:  # the reference runs in the framework: its version may change what it gives
             version = importlib.metadata.version(self.framework)
         except importlib.metadata.PackageNotFoundError:
@@ -218,11 +216,11 @@ class PythonRunner:
         return input_sets(
             target.name,
             [
-                *source_key(job["reference"], target.root),
-                {k: job[k] for k in ("framework", "device", "kind", "workloads")},
+                *source_key(make["reference"], target.root),
+                {k: make[k] for k in ("framework", "device", "kind", "workloads")},
                 version,
             ],
-            decides,
+            make,
             [sys.executable, "-m", "eat.runners.py_harness", "prepare"],
             self._env(),
             self._limits(cfg),
