@@ -7,7 +7,7 @@ LLM calls or attempts grow without evaluations: a model that repeats itself ends
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic.dataclasses import dataclass
 
 from eat.config import RunConfig
 from eat.state import RunState

@@ -7,9 +7,10 @@ spread (RunState.threshold); counters live in RunState, so detection is O(teams)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
+from pydantic.dataclasses import dataclass
 
 from eat.config import PlateauConfig
 from eat.events import PlateauDetected, PlateauKind, Scope

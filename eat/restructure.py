@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from pydantic.dataclasses import dataclass
 
 from eat.events import Op, Restructured, RestructureScored, Scope, TeamSpawned
 from eat.plateau import Plateau, climbed, is_local, optima, promising_regions

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import asdict
 from functools import partial
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel
 
 from eat.advisor import to_operations
 from eat.agents.base import Worker
@@ -46,14 +47,20 @@ _FATAL = re.compile(
 )
 
 
-class Step(TypedDict, total=False):
-    step: int
-    at_seq: int
-    stop: dict | None  # a Stop's fields: the step ended the run
-    plateaus: list[dict]
-    diagnoses: list[dict]
-    advised: list[dict] | None  # the LLM supervisor's operations, when it gave valid ones
-    dispatched: str | None
+class Step(BaseModel):
+    """One supervisor step's decisions: the graph's state, checkpointed after each node."""
+
+    step: int = 0
+    at_seq: int = 0
+    stop: Stop | None = None  # the step ended the run
+    plateaus: list[Plateau] = []
+    diagnoses: list[Diagnosis] = []
+    advised: list[Operation] | None = None  # the LLM supervisor's, when it gave valid ones
+    dispatched: str | None = None
+
+
+# What a checkpoint may hold besides plain values: the step's decisions, nothing else.
+CHECKPOINTED = [(c.__module__, c.__name__) for c in (Stop, Plateau, Diagnosis, Operation)]
 
 
 def should_stop(ctx: RunContext) -> Stop | None:
@@ -168,14 +175,14 @@ class Supervisor:
         for name in ("observe", "detect", "diagnose", "restructure", "dispatch"):
             g.add_node(name, getattr(self, name))
         g.add_edge(START, "observe")
-        g.add_conditional_edges("observe", lambda s: END if s.get("stop") else "detect")
-        g.add_conditional_edges("detect", lambda s: "diagnose" if s["plateaus"] else "dispatch")
+        g.add_conditional_edges("observe", lambda s: END if s.stop else "detect")
+        g.add_conditional_edges("detect", lambda s: "diagnose" if s.plateaus else "dispatch")
         g.add_edge("diagnose", "restructure")
         g.add_edge("restructure", "dispatch")
         g.add_edge("dispatch", END)
         return g
 
-    def observe(self, s: Step) -> Step:
+    def observe(self, s: Step) -> dict[str, Any]:
         """Take people's edits, score decisions whose candidates are in, say whether to stop."""
         ctx = self.ctx
         if ctx.steering is not None:
@@ -194,10 +201,9 @@ class Supervisor:
                 ),
                 [],
             )
-        stop = should_stop(ctx)
-        return {"stop": asdict(stop) if stop else None, "at_seq": ctx.state.seq}
+        return {"stop": should_stop(ctx), "at_seq": ctx.state.seq}
 
-    def detect(self, s: Step) -> Step:
+    def detect(self, s: Step) -> dict[str, Any]:
         """Plateaus, after re-timing the elite they would rest on."""
         ctx = self.ctx
         if not ctx.config.supervise:
@@ -210,15 +216,15 @@ class Supervisor:
             plateaus = detect_plateaus(ctx.state, ctx.state.cfg)
         for p in plateaus:
             ctx.record(p.event())
-        return {"plateaus": [asdict(p) for p in plateaus], "at_seq": ctx.state.seq}
+        return {"plateaus": plateaus, "at_seq": ctx.state.seq}
 
-    def diagnose(self, s: Step) -> Step:
+    def diagnose(self, s: Step) -> dict[str, Any]:
         """Each plateau's diagnosis by the rules, and the LLM supervisor's operations where
         one is set and answers validly."""
         ctx = self.ctx
-        plateaus = [Plateau(**p) for p in s["plateaus"]]
-        found = [diagnose(p, ctx.state) for p in plateaus]
-        out: Step = {"diagnoses": [asdict(d) for d in found], "advised": None}
+        plateaus = s.plateaus
+        out: dict[str, Any] = {"diagnoses": [diagnose(p, ctx.state) for p in plateaus]}
+        out["advised"] = None
         if ctx.advisor is not None:
             try:
                 decision = ctx.advisor.decide(plateaus, ctx.state)
@@ -233,24 +239,17 @@ class Supervisor:
                 )
             )
             if decision is not None:
-                out["advised"] = [asdict(op) for op in to_operations(decision, ctx.state)]
+                out["advised"] = to_operations(decision, ctx.state)
         return out
 
-    def restructure(self, s: Step) -> Step:
+    def restructure(self, s: Step) -> dict[str, Any]:
         """Apply the step's operations (the advisor's, else the rules'), each once: a key per
         operation lets a step replayed after a crash skip what it applied."""
         ctx = self.ctx
-        advised = s.get("advised")
-        if advised is not None:
-            ops = [Operation(**op) for op in advised]
-        else:
-            found = [
-                Diagnosis(**(d | {"plateau": Plateau(**d["plateau"])})) for d in s["diagnoses"]
-            ]
-            ops = decide(found, ctx.state, limits(ctx))
+        ops = s.advised if s.advised is not None else decide(s.diagnoses, ctx.state, limits(ctx))
         messages, teams = [], []
         for i, op in enumerate(ops):
-            key = f"{s['at_seq']}:{i}"
+            key = f"{s.at_seq}:{i}"
             if key in ctx.state.applied_keys:
                 continue  # applied before a crash cut this step short
             events = operation_events(
@@ -269,7 +268,7 @@ class Supervisor:
             commit_step(ctx, "restructure: " + "; ".join(messages), teams)
         return {}
 
-    def dispatch(self, s: Step) -> Step:
+    def dispatch(self, s: Step) -> dict[str, Any]:
         """Start turns on the free workers, then take the next turn that ends; what ends the
         run is left for the next step's observe to say."""
         ctx, pool = self.ctx, self.pool
@@ -299,13 +298,13 @@ def open_checkpoint(ctx: RunContext) -> tuple[sqlite3.Connection, SqliteSaver]:
     # only a power cut could lose the last checkpoints, and a step is replayed from the files.
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    return conn, SqliteSaver(conn)
+    return conn, SqliteSaver(conn, serde=JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINTED))
 
 
-def new_step(n: int) -> Step:
-    """The graph's input for step `n`: nothing decided yet."""
-    return {"step": n, "stop": None, "plateaus": [], "diagnoses": [], "advised": None,
-            "dispatched": None}  # fmt: skip
+def new_step(n: int) -> dict[str, Any]:
+    """The graph's input for step `n`: nothing decided yet (every field, so none is carried
+    over from the step before)."""
+    return Step(step=n).model_dump()
 
 
 def run(ctx: RunContext) -> Stop:
@@ -329,7 +328,7 @@ def run(ctx: RunContext) -> Stop:
                 # Between steps the checkpoint holds nothing a resume needs: keep it small.
                 saver.delete_thread(cfg["configurable"]["thread_id"])
         finish_turns(ctx, pool)
-        return Stop(**out["stop"])
+        return out["stop"]
     finally:
         for team_id in list(pool.busy):  # after Ctrl-C or an error: no agent works on
             stop_agent(ctx, team_id, "the run stopped")
