@@ -132,7 +132,7 @@ def prune(limit_bytes: int | None = None, idle_s: float = IDLE_S) -> list[Path]:
     Returns what it removed."""
     limit = max_bytes() if limit_bytes is None else limit_bytes
     now = time.time()
-    entries, leftovers = _listed()
+    entries, leftovers = listing()
     removed = [p for mtime, p in leftovers if now - mtime >= idle_s and _remove(p, mtime)]
     total = sum(size for _, size, _ in entries)
     for mtime, size, path in sorted(entries):
@@ -171,7 +171,7 @@ def maybe_prune(force: bool = False) -> None:
             pass
 
 
-def _listed() -> tuple[list[tuple[float, int, Path]], list[tuple[float, Path]]]:
+def listing() -> tuple[list[tuple[float, int, Path]], list[tuple[float, Path]]]:
     """(mtime, bytes, path) of each entry of builds/ and inputs/; (mtime, path) of leftovers.
     A build's sha256 is no entry of its own: it goes with its build (_remove)."""
     entries, leftovers = [], []

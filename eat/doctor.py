@@ -298,8 +298,9 @@ def _last_line(done: subprocess.CompletedProcess) -> str:
     return lines[-1][:300] if lines else f"exit code {done.returncode}"
 
 
-def nvidia_gpus() -> tuple[list[dict], str | None]:
-    """The NVIDIA GPUs nvidia-smi lists ({name, driver, uuid} each), or why there are none."""
+def nvidia_gpus(timeout_s: float = _SMI_TIMEOUT_S) -> tuple[list[dict], str | None]:
+    """The NVIDIA GPUs nvidia-smi lists ({name, driver, uuid} each), or why there are none
+    (one that has not answered within `timeout_s` seconds is given up on)."""
     if not shutil.which("nvidia-smi"):
         return [], "nvidia-smi not found on PATH"
     try:
@@ -307,10 +308,10 @@ def nvidia_gpus() -> tuple[list[dict], str | None]:
             ["nvidia-smi", "--query-gpu=name,driver_version,uuid", "--format=csv,noheader"],
             capture_output=True,
             text=True,
-            timeout=_SMI_TIMEOUT_S,
+            timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
-        return [], f"nvidia-smi did not answer within {_SMI_TIMEOUT_S:g} s"
+        return [], f"nvidia-smi did not answer within {timeout_s:g} s"
     except OSError as e:
         return [], f"nvidia-smi did not run: {e}"
     # rsplit: a GPU's name might hold a comma, its driver version and UUID do not.

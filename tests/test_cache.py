@@ -78,8 +78,8 @@ def test_what_was_used_within_the_hour_stays_even_over_the_cap(monkeypatch):
     stale_part = _build("cand-x.1-2.part", 10, hours=2)
     live_part = _build("cand-y.1-2.part", 10, hours=0.5)
     trash = _set_folder(f"{cache.TRASH}t-0000000000000004.1", [10], hours=2)
-    listed = cache._listed
-    monkeypatch.setattr(cache, "_listed", lambda: (listed(), cache.used(raced))[0])
+    listing = cache.listing
+    monkeypatch.setattr(cache, "listing", lambda: (listing(), cache.used(raced))[0])
     assert sorted(cache.prune(limit_bytes=0)) == sorted([stale_part, trash, old])
     assert fresh.is_dir() and raced.exists() and live_part.exists()
 

@@ -20,7 +20,6 @@ import torch  # the test extra installs it: importers are tested end to end on t
 from conftest import QUICK_EVALUATION
 
 from eat.errors import BadInput
-from eat.formats import flashinfer_bench
 from eat.formats.common import on_cpu
 from eat.formats.flashinfer_bench import import_flashinfer
 from eat.formats.gpumode import import_gpumode
@@ -542,8 +541,7 @@ def test_flashinfer_safetensors_inputs_are_copied_and_loaded(tmp_path):
     assert not (tmp_path / "fi2").exists()
 
 
-def test_flashinfer_safetensors_without_the_package_is_bad_input(tmp_path, monkeypatch):
-    monkeypatch.setattr(flashinfer_bench, "_has_safetensors", lambda: False)
+def test_flashinfer_safetensors_without_the_package_is_bad_input(tmp_path):
     stored = copy.deepcopy(FI_WORKLOADS[1])
     stored["workload"]["inputs"]["weight"] = {
         "type": "safetensors",
@@ -552,7 +550,7 @@ def test_flashinfer_safetensors_without_the_package_is_bad_input(tmp_path, monke
     }
     d, w = _fi_files(tmp_path / "src", workloads=[stored])
     with pytest.raises(BadInput, match="install the safetensors package"):
-        import_flashinfer(d, w, tmp_path / "fi", "cpu")
+        import_flashinfer(d, w, tmp_path / "fi", "cpu", has_safetensors=lambda: False)
 
 
 # ---- Malformed inputs, existing folders ----------------------------------------------------

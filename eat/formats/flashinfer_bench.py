@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from eat.errors import BadInput, read_file
@@ -231,7 +232,11 @@ def _safetensors_header(file: Path, where: str) -> dict:
 
 
 def _workloads(
-    path: Path, definition: str, axes: dict, inputs: dict
+    path: Path,
+    definition: str,
+    axes: dict,
+    inputs: dict,
+    has_safetensors: Callable[[], bool],
 ) -> tuple[list[dict], list[dict], dict[str, Path]]:
     """(workloads, fixed inputs by index, data files to copy: target path -> file)."""
     var = [a for a, v in axes.items() if v is None]
@@ -291,7 +296,9 @@ def _workloads(
                     )
                 fix[name] = {"value": spec["value"]}
             elif kind == "safetensors":
-                fix[name] = _stored(spec, name, inputs[name], axes | params, path, where, data)
+                fix[name] = _stored(
+                    spec, name, inputs[name], axes | params, path, where, data, has_safetensors
+                )
             elif kind != "random":
                 raise BadInput(f"{where}: inputs.{name}.type: want random, scalar or safetensors")
         if fix:
@@ -313,9 +320,10 @@ def _stored(
     jsonl: Path,
     where: str,
     data: dict[str, Path],
+    has_safetensors: Callable[[], bool],
 ) -> dict:
     """Find and check a safetensors input; returns its entry in the fixed-inputs table."""
-    if not _has_safetensors():
+    if not has_safetensors():
         raise BadInput(
             f"{where}: inputs.{name} is stored in safetensors: install the "
             "safetensors package to import it"
@@ -364,14 +372,20 @@ def _bytes(inputs: dict, outputs: dict) -> dict:
 
 
 def import_flashinfer(
-    src: Path, workloads: Path | None = None, out: Path | None = None, runner: str = "cuda"
+    src: Path,
+    workloads: Path | None = None,
+    out: Path | None = None,
+    runner: str = "cuda",
+    *,
+    has_safetensors: Callable[[], bool] = _has_safetensors,
 ) -> Path:
-    """Write a target folder for the definition `src` and its workloads JSONL."""
+    """Write a target folder for the definition `src` and its workloads JSONL; `has_safetensors`
+    says whether the package that loads stored inputs is installed."""
     check_runner(runner)
     src = Path(src)
     d, axes, inputs, outputs, source = _definition(src)
     if workloads is not None:
-        params, fixed, data = _workloads(Path(workloads), d["name"], axes, inputs)
+        params, fixed, data = _workloads(Path(workloads), d["name"], axes, inputs, has_safetensors)
     elif any(v is None for v in axes.values()):
         var = ", ".join(a for a, v in axes.items() if v is None)
         raise BadInput(f"{src}: axes {var} are var: give a workloads JSONL with their values")

@@ -61,7 +61,7 @@ def input_sets(
             _SETS[slot] = {"dir": str(folder), "workloads": kept["workloads"]}
         made = slot not in _SETS
         if made:
-            _SETS[slot] = _make(name, slot, job, command, env, limits)
+            _SETS[slot] = make_sets(name, slot, job, command, env, limits)
         manifest = _SETS[slot]
     if made:
         maybe_prune(force=True)  # new sets are large: keep the cache under its cap now
@@ -167,7 +167,7 @@ def _mark_used(slot: tuple[Path, tuple]) -> None:
     _SETS.pop(slot, None)
 
 
-def _make(
+def make_sets(
     name: str,
     slot: tuple[Path, tuple],
     job: MakeSets,
