@@ -146,7 +146,10 @@ def _cases(select=lambda kit, behaviour: True, judges_status: bool = False) -> l
         for b in kit.expect:
             if not select(kit, b):
                 continue
-            marks = [pytest.mark.slow] if b in kit.slow else []
+            # One worker runs every test of a candidate: `judge` evaluates it once per worker.
+            marks = [pytest.mark.xdist_group(f"{kit.name}-{b}")]
+            if b in kit.slow:
+                marks.append(pytest.mark.slow)
             if judges_status and b in kit.known_gaps:
                 marks.append(pytest.mark.xfail(reason=kit.known_gaps[b], strict=False))
             out.append(pytest.param(kit, b, id=f"{kit.name}-{b}", marks=marks))
