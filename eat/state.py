@@ -133,7 +133,6 @@ class Team:
     seed: int = 0
     roles: list[str] = field(default_factory=list)
     evals: int = 0
-    best: Candidate | None = None
     since_improvement: int = 0
     failures: int = 0  # consecutive non-ok candidates
     redirects: int = 0
@@ -144,6 +143,14 @@ class Team:
     repeated: list[str] = field(default_factory=list)  # the candidates they repeated, latest last
     usage: Usage = field(default_factory=lambda: Usage())
     plan: list[dict] = field(default_factory=list)  # {idea, expected_gain, tried: cid|None}
+    best_id: str | None = None  # its best candidate
+    # The run's candidates by id (RunState.candidates, the same dict): a re-time replaces one
+    # entry there, and every team's best follows.
+    board: dict[str, Candidate] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.board[self.best_id] if self.best_id else None
 
     @property
     def local(self) -> bool:
@@ -233,9 +240,9 @@ class RunState:
         self.checks = 0  # `eat check` answers (build and verify)
         self.attempts_since_eval = 0
         self.repeated_since_eval: dict[str, int] = {}  # candidate -> duplicates of it since
-        self.leaders: list[Candidate] = []
+        self.leaders: list[str] = []  # the best candidates' ids, best first
         self.since_improvement = 0
-        self.recent: deque[Candidate] = deque(maxlen=64)
+        self.recent: deque[str] = deque(maxlen=64)  # the latest candidates' ids, newest last
         self.retimed: set[str] = set()
         self.opened: set[str] = set()  # candidates whose region was declared worth a climb
         self.pending: list[Pending] = []
@@ -269,12 +276,14 @@ class RunState:
         return state
 
     def snapshot(self) -> RunState:
-        """A copy for a turn on another thread, cheap however long the run: the candidates are
-        shared (a re-time replaces one rather than changing it, see `_retimed`), the large
-        indexes copied shallowly, everything else deeply."""
-        memo: dict[int, Any] = {id(c): c for c in self.candidates.values()}
-        for name in ("candidates", "hashes"):
-            memo[id(getattr(self, name))] = dict(getattr(self, name))
+        """A copy for a turn on another thread, cheap however long the run: the candidates
+        themselves are shared (a re-time replaces one in `candidates` rather than changing it,
+        see `_retimed`), the large indexes copied shallowly, everything else deeply (the
+        teams' `board` is the copy's `candidates`)."""
+        candidates = dict(self.candidates)
+        memo: dict[int, Any] = {id(c): c for c in candidates.values()}
+        memo[id(self.candidates)] = candidates
+        memo[id(self.hashes)] = dict(self.hashes)
         memo[id(self.knob_index)] = self.knob_index.copy()
         return copy.deepcopy(self, memo)
 
@@ -282,7 +291,12 @@ class RunState:
 
     @property
     def best(self) -> Candidate | None:
-        return self.leaders[0] if self.leaders else None
+        return self.candidates[self.leaders[0]] if self.leaders else None
+
+    @property
+    def last(self) -> Candidate | None:
+        """The latest candidate evaluated."""
+        return self.candidates[self.recent[-1]] if self.recent else None
 
     @property
     def best_speedup(self) -> float | None:
@@ -303,7 +317,8 @@ class RunState:
 
     def recent_of(self, team: str | None, n: int) -> list[Candidate]:
         """Up to `n` of the latest candidates (of `team`, or of any), newest first."""
-        return [c for c in reversed(self.recent) if team is None or c.team == team][:n]
+        latest = (self.candidates[cid] for cid in reversed(self.recent))
+        return [c for c in latest if team is None or c.team == team][:n]
 
     def steering_for(self, team: str | None, n: int = 5) -> list[HumanSteered]:
         """People's latest steering that concerns `team` (None: the supervisor, who sees all),
@@ -339,6 +354,7 @@ class RunState:
             seed=e.seed,
             offset=offset,
             roles=list(e.roles),
+            board=self.candidates,
         )
 
     def _plateau(self, e: PlateauDetected) -> None:
@@ -410,8 +426,8 @@ class RunState:
         self.candidates[c.cid] = c
         self.knob_index.add(c.cid, c.knobs, c.estimate)
         self.hashes.setdefault(c.source_hash, c.cid)
-        last = self.recent[-1] if self.recent else None
-        self.recent.append(c)
+        last = self.last
+        self.recent.append(c.cid)
         threshold = self.threshold()
         team = self.teams.get(e.team)
         if team:
@@ -424,7 +440,7 @@ class RunState:
             self.since_improvement += 1
         if c.estimate is not None:
             self._rank(c)
-            if self.best is c:
+            if self.leaders[0] == c.cid:
                 self._lesson(
                     Lesson(
                         [c.cid] + ([previous.cid] if previous else []),
@@ -465,7 +481,7 @@ class RunState:
         if c.estimate is not None and (
             team.best_estimate is None or c.estimate > team.best_estimate
         ):
-            team.best = c
+            team.best_id = c.cid
 
     def _count_knobs(self, c: Candidate) -> None:
         """Per (knob, value): how often it was tried, and its best estimate and candidate."""
@@ -489,11 +505,13 @@ class RunState:
         self.lesson_log.append(lesson)
 
     def _rank(self, c: Candidate) -> None:
-        self.leaders = [x for x in self.leaders if x is not c and x.estimate is not None]
+        """Put `c` (new, or re-timed) where its estimate ranks it among the leaders."""
+        ranked = [self.candidates[x] for x in self.leaders if x != c.cid]
+        ranked = [x for x in ranked if x.estimate is not None]
         if c.estimate is not None:
-            self.leaders.append(c)
-        self.leaders.sort(key=lambda x: -known_estimate(x))
-        del self.leaders[LEADERS:]
+            ranked.append(c)
+        ranked.sort(key=lambda x: -known_estimate(x))
+        self.leaders = [x.cid for x in ranked[:LEADERS]]
 
     def _retimed(self, e: EliteRetimed) -> None:
         self.retimes += 1
@@ -503,38 +521,30 @@ class RunState:
             return
         was_best = c is self.best
         if e.status != "ok" or e.speedup is None:
-            c = self._replace(c, replace(c, failed_retime=True))
+            c = replace(c, failed_retime=True)
         else:
-            c = self._replace(c, replace(c, measurements=[*c.measurements, e.speedup]))
+            c = replace(c, measurements=[*c.measurements, e.speedup])
+        # The one place that holds candidates: leaders, recent and teams' bests hold ids.
+        self.candidates[c.cid] = c
+        self.knob_index.update(c.cid, c.estimate)
         self._rank(c)
         if not self.leaders:  # every leader failed its re-time: rank from scratch
             for x in self.candidates.values():
                 if x.estimate is not None:
                     self._rank(x)
         team = self.teams.get(c.team)
-        if team and team.best is c and c.estimate is None:
-            team.best = None
+        if team and team.best_id == c.cid and c.estimate is None:
+            team.best_id = None
         if was_best:
             # Measured against the elite's honest value, a later candidate may have been a real
             # gain that the lucky first measurement hid: the run last improved with it.
             ref, threshold, last = c.estimate, self.threshold(), None
-            for x in self.recent:
+            for x in (self.candidates[cid] for cid in self.recent):
                 if x.index > c.index and _better(x.estimate, ref, threshold):
                     ref, last = x.estimate, x.index
             if last is not None and self.evaluations - last < self.since_improvement:
                 self.since_improvement = self.evaluations - last
                 self._clear("run", None, "stalled")
-
-    def _replace(self, old: Candidate, new: Candidate) -> Candidate:
-        """Put `new` wherever the state holds `old`; snapshots keep `old` as it was."""
-        self.candidates[new.cid] = new
-        self.knob_index.update(new.cid, new.estimate)
-        self.leaders = [new if x is old else x for x in self.leaders]
-        self.recent = deque((new if x is old else x for x in self.recent), self.recent.maxlen)
-        for team in self.teams.values():
-            if team.best is old:
-                team.best = new
-        return new
 
     def _restructured(self, e: Restructured) -> None:
         self.restructures += 1

@@ -72,7 +72,7 @@ def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
     its best plays on (a climb is worth most while it climbs), on a turn that does not count
     against the others' share."""
     teams = [t for t in ctx.state.active_teams() if not t.exhausted and t.id not in busy]
-    last = ctx.state.recent[-1] if ctx.state.recent else None
+    last = ctx.state.last
     hot = ctx.state.teams.get(last.team) if last else None
     if ctx.config.supervise and hot in teams and is_local(hot) and hot.best is last:
         return hot
