@@ -257,6 +257,11 @@ def test_a_turns_snapshot_and_the_live_state_go_their_own_ways():
     assert h.state.best.cid == "c0001" and h.state.teams["b-2"].best is None
     assert snap.best.cid == "c0002" and snap.teams["b-2"].best.estimate == 3.0
     assert snap.candidates["c0002"].estimate == 3.0
+    h.add(EliteRetimed(candidate="c0001", status="ok", speedup=1.0))  # measured again, slower
+    live = h.state.candidates["c0001"]
+    assert live.measurements == [2.0, 1.0] and h.state.teams["a-1"].best is live
+    assert h.state.best is live and h.state.recent_of("a-1", 1) == [live]
+    assert snap.teams["a-1"].best.estimate == 2.0 and snap.recent_of("a-1", 1)[0].estimate == 2.0
     own = CandidateEvaluated(
         candidate="c0003",
         team="a-1",
