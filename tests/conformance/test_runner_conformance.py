@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -370,7 +371,17 @@ def test_speedup(judge, kit: Kit, behaviour: str):
     assert ev.speedup == pytest.approx(geomean([w.speedup for w in ev.workloads]))
     low, high = kit.baseline_band
     if behaviour == "baseline":
-        assert low < ev.speedup < high, _describe(ev)
+        # One evaluation can land in a burst of load on a shared machine (0.5x was seen beside
+        # other work); a bias of the runner would show in every one: the median of up to three.
+        speedups = [ev.speedup]
+        while not low < statistics.median(speedups) < high and len(speedups) < 3:
+            with pytest.MonkeyPatch.context() as mp:
+                for name, value in (kit.env() if kit.env else {}).items():
+                    mp.setenv(name, value)
+                again = j.runner.evaluate(j.target, kit.source(behaviour), config=cfg)
+            assert again.status == "ok", _describe(again)
+            speedups.append(again.speedup)
+        assert low < statistics.median(speedups) < high, speedups
     elif behaviour == "faster":
         assert ev.speedup > kit.faster_than, _describe(ev)
     elif behaviour == "memo_by_content":  # it computes as the baseline does, on every call
