@@ -141,3 +141,18 @@ def test_a_climb_tries_the_nearest_values_of_a_knob_first():
     team.evals = 1  # TILE is the second knob: its turn
     p = OfflineAgent(TARGET, seed=0).propose(team, h.state)
     assert p.knobs["TILE"] in (32, 128) and differs(p.knobs, knobs(tile=64)) == 1
+
+
+def test_the_model_learns_which_knobs_matter():
+    """Three knobs, only the first of which changes the speedup: the fit gives the other two
+    the widest width (they hardly matter) and the first a narrow one, so its picks vary the
+    knob that pays, as a per-knob search (TPE) would."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5, (60, 3)) / 4.0
+    y = np.log(1 + 5 * np.exp(-((x[:, 0] - 0.75) ** 2) / 0.05)) + 0.01 * rng.standard_normal(60)
+    gp = surrogate.GP(x, y)
+    assert gp.lengths[0] < 1.0 and list(gp.lengths[1:]) == [surrogate.WIDE] * 2
+    mean, _ = gp.predict(np.array([[0.75, 0.0, 1.0], [0.0, 0.0, 1.0]]))
+    assert mean[0] > mean[1] + 1.0  # the bump, wherever the other knobs are

@@ -20,6 +20,7 @@ import numpy as np
 BONUS = 2.0  # exploration: standard deviations added to the predicted mean
 NOISE = 0.05  # observation noise, in units of the standardized log speedup
 LENGTHS = (0.12, 0.18, 0.27, 0.4, 0.6)  # kernel widths tried, by marginal likelihood
+WIDE = 3.0  # a knob's width when the measurements say it hardly matters
 ENUMERATE_UP_TO = 20_000  # configurations scored exhaustively; larger spaces are sampled
 SAMPLES = 4_000
 FAILED_PENALTY = math.log(2.0)  # a failed configuration counts as half the worst speedup
@@ -40,25 +41,38 @@ def _rbf(a: np.ndarray, b: np.ndarray, length: float) -> np.ndarray:
 
 
 class GP:
-    """Posterior of a zero-mean GP on standardized targets, width chosen by evidence."""
+    """Posterior of a zero-mean GP on standardized targets; a width per knob, chosen by
+    evidence: one for all first, then each knob's in turn (a knob that matters little gets a
+    wide one, so the model learns which knobs matter, as per-knob searches like TPE do)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.mean, self.scale = float(y.mean()), float(y.std()) or 1.0
-        self.x, z = x, (y - self.mean) / self.scale
-        best = None
-        for length in LENGTHS:
-            k = _rbf(x, x, length) + NOISE**2 * np.eye(len(x))
-            chol = np.linalg.cholesky(k)
-            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
-            evidence = -0.5 * z @ alpha - np.log(np.diag(chol)).sum()
-            if best is None or evidence > best[0]:
-                best = (evidence, length, chol, alpha)
-        assert best is not None  # LENGTHS is not empty
-        _, self.length, self.chol, self.alpha = best
+        self.z = (y - self.mean) / self.scale
+        self.raw = x
+        fits = [self._fit(np.full(x.shape[1], length)) for length in LENGTHS]
+        best = max(fits, key=lambda f: f[0])
+        for _ in range(2):
+            for d in range(x.shape[1]):
+                for length in (*LENGTHS, WIDE):
+                    lengths = best[1].copy()
+                    lengths[d] = length
+                    fit = self._fit(lengths)
+                    if fit[0] > best[0] + 1e-9:
+                        best = fit
+        _, self.lengths, self.chol, self.alpha = best
+        self.x = x / self.lengths
+
+    def _fit(self, lengths: np.ndarray):
+        x = self.raw / lengths
+        k = _rbf(x, x, 1.0) + NOISE**2 * np.eye(len(x))
+        chol = np.linalg.cholesky(k)
+        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.z))
+        evidence = -0.5 * self.z @ alpha - np.log(np.diag(chol)).sum()
+        return evidence, lengths, chol, alpha
 
     def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of the log speedup at each row of `xs`."""
-        ks = _rbf(xs, self.x, self.length)
+        ks = _rbf(xs / self.lengths, self.x, 1.0)
         mu = ks @ self.alpha
         v = np.linalg.solve(self.chol, ks.T)
         var = np.clip(1.0 - (v * v).sum(axis=0), 1e-12, None)
