@@ -223,8 +223,10 @@ class Supervisor:
         one is set and answers validly."""
         ctx = self.ctx
         plateaus = s.plateaus
-        out: dict[str, Any] = {"diagnoses": [diagnose(p, ctx.state) for p in plateaus]}
-        out["advised"] = None
+        out: dict[str, Any] = {
+            "diagnoses": [diagnose(p, ctx.state) for p in plateaus],
+            "advised": None,
+        }
         if ctx.advisor is not None:
             try:
                 decision = ctx.advisor.decide(plateaus, ctx.state)

@@ -40,6 +40,14 @@ def _rbf(a: np.ndarray, b: np.ndarray, length: float) -> np.ndarray:
     return np.exp(-_squared_distances(a, b) / (2 * length * length))
 
 
+def _fit(x: np.ndarray, z: np.ndarray, lengths: np.ndarray):
+    """(evidence, lengths, Cholesky factor, weights) of a GP with these widths per knob."""
+    xs = x / lengths
+    chol = np.linalg.cholesky(_rbf(xs, xs, 1.0) + NOISE**2 * np.eye(len(xs)))
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
+    return -0.5 * z @ alpha - np.log(np.diag(chol)).sum(), lengths, chol, alpha
+
+
 class GP:
     """Posterior of a zero-mean GP on standardized targets; a width per knob, chosen by
     evidence: one for all first, then each knob's in turn (a knob that matters little gets a
@@ -47,28 +55,18 @@ class GP:
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.mean, self.scale = float(y.mean()), float(y.std()) or 1.0
-        self.z = (y - self.mean) / self.scale
-        self.raw = x
-        fits = [self._fit(np.full(x.shape[1], length)) for length in LENGTHS]
-        best = max(fits, key=lambda f: f[0])
+        z = (y - self.mean) / self.scale
+        best = max((_fit(x, z, np.full(x.shape[1], w)) for w in LENGTHS), key=lambda f: f[0])
         for _ in range(2):
             for d in range(x.shape[1]):
                 for length in (*LENGTHS, WIDE):
                     lengths = best[1].copy()
                     lengths[d] = length
-                    fit = self._fit(lengths)
+                    fit = _fit(x, z, lengths)
                     if fit[0] > best[0] + 1e-9:
                         best = fit
         _, self.lengths, self.chol, self.alpha = best
         self.x = x / self.lengths
-
-    def _fit(self, lengths: np.ndarray):
-        x = self.raw / lengths
-        k = _rbf(x, x, 1.0) + NOISE**2 * np.eye(len(x))
-        chol = np.linalg.cholesky(k)
-        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.z))
-        evidence = -0.5 * self.z @ alpha - np.log(np.diag(chol)).sum()
-        return evidence, lengths, chol, alpha
 
     def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of the log speedup at each row of `xs`."""

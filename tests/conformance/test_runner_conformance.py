@@ -17,6 +17,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,10 +271,17 @@ def judge(eat_cache_dir, tmp_path_factory):
     return run
 
 
-def _evaluate(kit: Kit, behaviour: str, tmp_path_factory) -> Judged:
+@contextmanager
+def _kit_env(kit: Kit):
+    """The environment the kit's runner needs (a fake GPU's runtime), for as long as it runs."""
     with pytest.MonkeyPatch.context() as mp:
         for name, value in (kit.env() if kit.env else {}).items():
             mp.setenv(name, value)
+        yield
+
+
+def _evaluate(kit: Kit, behaviour: str, tmp_path_factory) -> Judged:
+    with _kit_env(kit):
         target = load_target(kit.path)
         runner = runner_for(target)
         reason = runner.unavailable(target)
@@ -375,9 +383,7 @@ def test_speedup(judge, kit: Kit, behaviour: str):
         # other work); a bias of the runner would show in every one: the median of up to three.
         speedups = [ev.speedup]
         while not low < statistics.median(speedups) < high and len(speedups) < 3:
-            with pytest.MonkeyPatch.context() as mp:
-                for name, value in (kit.env() if kit.env else {}).items():
-                    mp.setenv(name, value)
+            with _kit_env(kit):
                 again = j.runner.evaluate(j.target, kit.source(behaviour), config=cfg)
             assert again.status == "ok", _describe(again)
             speedups.append(again.speedup)
