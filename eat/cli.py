@@ -43,10 +43,12 @@ def _reports_errors(fn):
     return wrapper
 
 
-def evaluate_file(target_dir: Path, candidate: Path):
-    """Evaluate one candidate file against a target with this machine's runner."""
+def evaluate_file(target_dir: Path, candidate: Path, split: str | None = None):
+    """Evaluate one candidate file against a target with this machine's runner (a program
+    target's on `split`, by default the one agents are graded on)."""
     from eat.cache import max_bytes
     from eat.doctor import load_peaks
+    from eat.errors import BadInput
     from eat.runners import runner_for
     from eat.target import load_target
 
@@ -58,8 +60,21 @@ def evaluate_file(target_dir: Path, candidate: Path):
     why = runner.unavailable(target)
     if why:
         raise RunnerUnavailable(f"{target.name} needs the {target.runner} runner: {why}")
+    splits = [
+        "train",
+        *([target.grader.held_out] if target.grader and target.grader.held_out else []),
+    ]
+    if split is not None and (not target.program or split not in splits):
+        has = f"has the splits {', '.join(splits)}" if target.program else "is a kernel: no splits"
+        raise BadInput(f"--split {split}: {target.name} {has}")
     setup_s = time.monotonic() - t0  # the target, the measured peaks, the device's probe
-    ev = runner.evaluate(target, source)
+    if split:
+        from eat.runners.program import ProgramRunner
+
+        assert isinstance(runner, ProgramRunner)  # only program targets have splits
+        ev = runner.evaluate(target, source, split=split)
+    else:
+        ev = runner.evaluate(target, source)
     ev.durations = {"setup_s": setup_s} | ev.durations
     return ev
 
@@ -70,9 +85,12 @@ def eval_cmd(
     target: Path = typer.Argument(..., help="Target folder (with target.toml)."),
     candidate: Path = typer.Argument(..., help="Candidate source file."),
     as_json: bool = typer.Option(False, "--json", help="Print the Evaluation as JSON."),
+    split: str | None = typer.Option(
+        None, "--split", help="Program targets: the split to grade on (e.g. held_out)."
+    ),
 ):
-    """Build, verify and time one candidate against a target's baseline."""
-    ev = evaluate_file(target, candidate)
+    """Build, verify and time one candidate against a target's baseline (a program: grade it)."""
+    ev = evaluate_file(target, candidate, split)
     if as_json:
         sys.stdout.write(ev.model_dump_json(indent=2) + "\n")
     else:
@@ -128,7 +146,13 @@ def _print_evaluation(ev) -> None:
             )
         out.print(table)
     line = f"[bold]{ev.status}[/bold]"
-    if ev.speedup:
+    if ev.score and ev.baseline_score:
+        line += (
+            f"  {ev.metric} {ev.score.median:.4g} ±{ev.score.iqr:.2g} against the baseline's "
+            f"{ev.baseline_score.median:.4g} over {ev.score.n} seeds of {ev.split}: "
+            f"gain {ev.speedup:.2f}x"
+        )
+    elif ev.speedup:
         line += f"  speedup {ev.speedup:.2f}x over the baseline"
     if ev.vs_vendor:
         line += f", {ev.vs_vendor:.2f}x the speed of {ev.vendor}"
@@ -388,7 +412,9 @@ def status(
     if as_json:
         sys.stdout.write(json.dumps(st, indent=2) + "\n")
         return
-    best = f"{st['best_speedup']:.2f}x ({st['best_candidate']})" if st["best_speedup"] else "-"
+    best = f"{st['best_gain']:.2f}x ({st['best_candidate']})" if st["best_gain"] else "-"
+    if st["best_score"] is not None:
+        best = f"{st['metric']} gain {best}, {st['metric']} {st['best_score']:.4g}"
     state = (
         "running"
         if st["running"]
@@ -411,6 +437,14 @@ def status(
         f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}",
         markup=False,
     )
+    if held := st.get("held_out"):
+        figures = (
+            f"{st['metric']} {held['score']:.4g} against "
+            f"the baseline's {held['baseline_score']:.4g} (gain {held['gain']:.2f}x)"
+            if held["status"] == "ok"
+            else f"{held['status']}: {held['message']}"
+        )
+        out.print(f"held-out ({held['split']}) of {held['candidate']}: {figures}", markup=False)
     table = Table(box=None)
     for col in ("team", "strategy", "state", "evals", "best"):
         table.add_column(col)
@@ -420,7 +454,7 @@ def status(
             t["strategy"],
             t["state"],
             str(t["evaluations"]),
-            f"{t['best_speedup']:.2f}x" if t["best_speedup"] else "-",
+            f"{t['best_gain']:.2f}x" if t["best_gain"] else "-",
         )
     out.print(table)
 

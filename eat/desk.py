@@ -35,8 +35,8 @@ KINDS = ("submit", "check", "profile")
 
 def reply_of(ev: Evaluation, **extra) -> dict:
     """What an agent is told about an evaluation: status, speedup, per-workload lines (times,
-    throughput, fraction of peak) and, when it failed, why (with the compiler's or harness's
-    words)."""
+    throughput, fraction of peak) or a program's grades, and, when it failed, why (with the
+    compiler's or harness's words)."""
     out: dict[str, Any] = {
         "status": ev.status,
         "speedup": ev.speedup,
@@ -44,6 +44,13 @@ def reply_of(ev: Evaluation, **extra) -> dict:
         "workloads": [w.summary() for w in ev.workloads],
         "peak_fraction": [w.peak_fraction for w in ev.workloads],
     }
+    if ev.metric:  # a program's: its metric graded, against the baseline's on the same seeds
+        out |= {
+            "metric": ev.metric,
+            "gain": ev.speedup,
+            "score": ev.score.model_dump() if ev.score else None,
+            "baseline_score": ev.baseline_score.model_dump() if ev.baseline_score else None,
+        }
     if not ev.ok:
         out["log"] = (ev.compile_log + ev.stderr)[-3000:]
         out["detail"] = ev.detail

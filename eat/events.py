@@ -65,6 +65,17 @@ class RunStopped(_Event):
     )
 
 
+class HeldOutGraded(_Event):
+    type: Literal["held_out_graded"] = "held_out_graded"
+    candidate: str = Field(description="The run's best, graded on the held-out split at its end.")
+    split: str = Field(description="The split's name (the target's grader.held_out).")
+    status: str = Field(description="The evaluation's status; only `ok` has figures.")
+    score: float | None = Field(None, description="The best's metric, median over seeds.")
+    baseline_score: float | None = Field(None, description="The baseline's, on the same seeds.")
+    gain: float | None = Field(None, description="The best's gain over the baseline there.")
+    message: str = ""
+
+
 class TargetChanged(_Event):
     type: Literal["target_changed"] = "target_changed"
     files: list[str] = Field(
@@ -119,7 +130,14 @@ class CandidateEvaluated(_Event):
     source_hash: str
     status: str
     speedup: float | None = None
-    noise: float | None = Field(None, description="Relative spread (IQR/median) of its timing.")
+    noise: float | None = Field(
+        None,
+        description="Relative spread (IQR/median) of its timing, or of its grades on a program "
+        "target.",
+    )
+    score: float | None = Field(
+        None, description="Program targets: its metric, the median over the seeds graded."
+    )
     gflops: float | None = None
     vendor_gflops: float | None = None
     message: str = ""
@@ -263,6 +281,7 @@ Event = Annotated[
     | HumanSteered
     | CandidateChecked
     | TargetChanged
+    | HeldOutGraded
     | LogTampered,
     Field(discriminator="type"),
 ]
@@ -290,6 +309,13 @@ def describe(e: Event) -> str:
             return f"run resumed{extra}"
         case RunStopped():
             return f"run stopped: {e.code + ': ' if e.code else ''}{e.reason}"
+        case HeldOutGraded():
+            if e.status != "ok":
+                return f"{e.candidate} on {e.split}: {e.status} {e.message[:120]}"
+            return (
+                f"{e.candidate} on {e.split}: {speedup_text(e.gain)} "
+                f"(score {e.score:.4g}, baseline {e.baseline_score:.4g})"
+            )
         case TargetChanged():
             what = "accepted as the run's target" if e.accepted else "evaluations refused"
             return f"the target changed ({', '.join(e.files[:5])}): {what}"
@@ -304,6 +330,7 @@ def describe(e: Event) -> str:
         case CandidateEvaluated():
             knobs = ", ".join(f"{k}={v}" for k, v in e.knobs.items())
             what = speedup_text(e.speedup) if e.status == "ok" else e.message[:120]
+            what += f" (score {e.score:.4g})" if e.score is not None else ""
             return f"{e.candidate} by {e.team}: {e.status} {what} ({knobs or e.idea})"
         case EliteRetimed():
             return f"elite {e.candidate} re-timed: {e.status} {speedup_text(e.speedup)}"

@@ -29,6 +29,7 @@ from eat.events import (
 )
 from eat.merge import read_settled
 from eat.state import RunState
+from eat.status import grader_of
 from eat.workspace import Workspace, tampered, write_atomic
 
 COLORS = [
@@ -79,6 +80,7 @@ class Facts:
     scores: dict[int, RestructureScored] = field(default_factory=dict)
     llm: list[LLMCalled] = field(default_factory=list)
     stopped: RunStopped | None = None  # the last session's end, None while one runs or crashed
+    label: str = "speedup"  # what the headline is: a kernel's speedup, a program's metric gain
 
     @property
     def best(self) -> str | None:
@@ -222,7 +224,7 @@ def progress_chart(f: Facts) -> str:
     top = max([y for _, y in f.run_points], default=1.0)
     rail = 24
     plot = Plot((0, max(n, 1)), (0, top * 1.05), h=380, top=16 + 2 * rail, left=96)
-    body = [plot.axes("candidates evaluated", "best speedup (x)")]
+    body = [plot.axes("candidates evaluated", f"best {f.label} (x)")]
     for team, pts in f.team_points.items():
         color = f.teams[team]
         dots = "".join(
@@ -591,6 +593,8 @@ def render(ws: Workspace) -> str:
     log = ws.read_log()  # a torn last line (a run writing it now) is left out
     config = ws.config()
     f = collect(log.events, config)
+    if grader := grader_of(ws):
+        f.label = f"{grader.metric} gain"
     legend = "".join(
         f'<button class="key" data-team="{escape(t)}"><span class="sw" '
         f'style="background:{c}"></span>{escape(t)}</button>'
@@ -607,7 +611,7 @@ def render(ws: Workspace) -> str:
     if f.candidates:
         sections.append(
             (
-                "Best speedup over evaluations",
+                f"Best {f.label} over evaluations",
                 f'<p class="note">Each team\'s best so far (solid; click a team to hide '
                 f"it) and the run's best (dashed). Markers above: "
                 f'<span style="color:{PLATEAU}">▼ plateaus</span> and '
@@ -625,7 +629,7 @@ def render(ws: Workspace) -> str:
             )
         )
     else:
-        sections.append(("Best speedup over evaluations", "<p>No candidate evaluated yet.</p>"))
+        sections.append((f"Best {f.label} over evaluations", "<p>No candidate evaluated yet.</p>"))
     result = _best_result(ws, f) if f.best else None
     if f.best and result and result.get("workloads"):
         vendor = f" Vendor: {escape(result['vendor'])}." if result.get("vendor") else ""

@@ -16,9 +16,10 @@ from eat.agents.offline import OfflineAgent
 from eat.budget import INTERRUPTED, Stop, llm_budget_spent
 from eat.config import RunConfig, make_config
 from eat.context import RunContext
-from eat.errors import BadInput, RunnerUnavailable
+from eat.errors import BadInput, EatError, RunnerUnavailable
 from eat.events import (
     Event,
+    HeldOutGraded,
     LLMCalled,
     RunResumed,
     RunStarted,
@@ -40,7 +41,7 @@ from eat.steer import Steering
 from eat.target import EvalConfig, Target, load_target
 from eat.team import load_presets
 from eat.turn import evaluated_event
-from eat.workspace import Workspace, write_atomic
+from eat.workspace import Workspace, source_name, write_atomic
 
 
 def default_workspace(target: Target) -> Path:
@@ -418,6 +419,33 @@ def _recover(ctx: RunContext) -> list[str]:
     return recovered
 
 
+def _held_out(ctx: RunContext) -> None:
+    """Grade the run's best on the target's held-out split, which no agent was graded on."""
+    grader, best = ctx.target.grader, ctx.state.best
+    if not (grader and grader.held_out and best):
+        return
+    folder = ctx.ws.paths.candidate(best.team, best.cid)
+    source = (folder / source_name(ctx.target.language)).read_text()
+    try:
+        ev = ctx.runner.evaluate(ctx.target, source, config=ctx.eval_config, split=grader.held_out)  # type: ignore[call-arg]  # a program runner's own keyword
+    except EatError as e:  # the target's grader failed on its own split: said, not fatal
+        ctx.record(
+            HeldOutGraded(candidate=best.cid, split=grader.held_out, status=e.code, message=str(e))
+        )
+        return
+    ctx.record(
+        HeldOutGraded(
+            candidate=best.cid,
+            split=grader.held_out,
+            status=ev.status,
+            score=ev.score.median if ev.score else None,
+            baseline_score=ev.baseline_score.median if ev.baseline_score else None,
+            gain=ev.speedup,
+            message=ev.message[:300],
+        )
+    )
+
+
 def _loop(ctx: RunContext) -> Stop:
     steering = ctx.steering = Steering(ctx.ws.paths)
     try:
@@ -429,6 +457,8 @@ def _loop(ctx: RunContext) -> Stop:
             stop = Stop(INTERRUPTED, "interrupted by the user")
         finally:
             steering.stop()
+        if stop.code != INTERRUPTED:
+            _held_out(ctx)
         ctx.record(RunStopped(reason=stop.message, code=stop.code))
         if ctx.state.best:  # best/ anew from the log: what is there now is never trusted
             ctx.ws.set_best(ctx.state.best.team, ctx.state.best.cid)

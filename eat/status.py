@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eat.errors import EatError
 from eat.state import RunState
+from eat.target import Grader, load_target
 from eat.workspace import Workspace, tampered
 
 
@@ -23,6 +25,8 @@ def run_status(workspace: Path) -> dict:
     )
     stopped = last if last and last.type == "run_stopped" else None
     started = events[0] if events and events[0].type == "run_started" else None
+    grader = grader_of(ws)
+    held = next((e for e in reversed(events) if e.type == "held_out_graded"), None)
     return {
         "workspace": str(ws.paths.root),
         "target": state.target,
@@ -37,7 +41,12 @@ def run_status(workspace: Path) -> dict:
         "failed_attempts": state.failed_attempts,
         "elapsed_s": round(state.elapsed_s, 1),
         "skill": started.skill if started else None,
-        "best_speedup": best.estimate if best else None,
+        "metric": grader.metric if grader else "speedup",
+        "goal": grader.goal if grader else "max",
+        # the headline, whatever the target: a kernel's speedup, a program's gain
+        "best_gain": best.estimate if best else None,
+        "best_speedup": best.estimate if best and not grader else None,
+        "best_score": _score(events, best.cid) if best and grader else None,
         "best_candidate": best.cid if best else None,
         "best_gflops": best.gflops if best else None,
         "vendor_gflops": best.vendor_gflops if best else None,
@@ -48,7 +57,8 @@ def run_status(workspace: Path) -> dict:
                 "strategy": t.strategy,
                 "state": t.state,
                 "evaluations": t.evals,
-                "best_speedup": t.best_estimate,
+                "best_gain": t.best_estimate,
+                "best_speedup": t.best_estimate if not grader else None,
                 "share": t.share,
                 "tokens": t.usage.prompt + t.usage.completion,
                 "cost_usd": round(t.usage.cost_usd, 6),
@@ -67,4 +77,35 @@ def run_status(workspace: Path) -> dict:
         "max_llm_calls": config.llm_call_cap(),
         "llm_failed_calls": state.usage.failed_calls,
         "llm_unpriced_calls": state.usage.unpriced_calls,
-    }
+    } | (
+        {
+            "held_out": {"candidate": held.candidate, "split": held.split, "status": held.status}
+            | (
+                {"score": held.score, "baseline_score": held.baseline_score, "gain": held.gain}
+                if held.status == "ok"
+                else {"message": held.message}
+            )
+        }
+        if held and held.type == "held_out_graded"
+        else {}
+    )
+
+
+def grader_of(ws: Workspace) -> Grader | None:
+    """The run's grader, from its sealed target (None: a kernel target, or none readable)."""
+    try:
+        return load_target(ws.paths.target_copy).grader
+    except EatError:
+        return None
+
+
+def _score(events: list, cid: str) -> float | None:
+    """A candidate's last graded score in the log."""
+    return next(
+        (
+            e.score
+            for e in reversed(events)
+            if e.type == "candidate_evaluated" and e.candidate == cid
+        ),
+        None,
+    )

@@ -34,8 +34,11 @@ LANGUAGES: dict[str, tuple[str, ...]] = {
     "cuda": ("cuda", "pytorch", "triton"),
     "rocm": ("hip", "pytorch", "triton"),
     "mlx": ("mlx",),
+    # a program graded as a whole: the candidate file's language names only its prompts' fence
+    "program": ("python", "text"),
 }
 NATIVE = ("c", "cuda", "hip")
+KNOB_MARK = "# eat:knob"
 
 
 class Entry(_Strict):
@@ -109,10 +112,11 @@ class Knob(_Strict):
     """A parameter of the baseline that offline agents may set."""
 
     values: list[str | int | float] = Field(min_length=1, description="Allowed values.")
-    kind: Literal["define", "cflags"] = Field(
+    kind: Literal["define", "cflags", "assign"] = Field(
         "define",
         description="'define' becomes `#define NAME value` (Python targets: "
-        "`NAME = value`, the value as Python source); 'cflags' sets compiler flags.",
+        "`NAME = value`, the value as Python source); 'cflags' sets compiler flags; 'assign' "
+        "rewrites the value of the baseline's line `NAME = value  # eat:knob [...]`.",
     )
     help: str = Field("", description="What the knob changes, for people and prompts.")
 
@@ -134,6 +138,57 @@ class Build(_Strict):
 
     def compiler_for(self, runner: str) -> str:
         return self.compiler or {"cuda": "nvcc", "rocm": "hipcc"}.get(runner, "cc")
+
+
+class Grader(_Strict):
+    """How a program target's candidates are scored: a Python function or a command, one metric.
+
+    The grader runs in the candidate's contained process (no network, writes only in the
+    candidate's folder). Files beneath the target's private/ can be read only while the grader's
+    module is imported, before the candidate's code can run."""
+
+    file: str | None = Field(
+        None,
+        description="A Python file in the target folder defining `function`: "
+        "function(folder, split, seed) -> {metric: value, ...}; an AssertionError it raises "
+        "means the candidate's output is wrong (status incorrect).",
+    )
+    function: str = Field("grade", description="The grading function's name in `file`.")
+    command: list[str] | None = Field(
+        None,
+        description="Instead of `file`: a command, run in the target folder with the "
+        "candidate's folder, the split and the seed appended, that prints one JSON object "
+        "of metrics on its last line (a non-zero exit: the candidate failed).",
+    )
+    metric: str = Field(description="The key of the grader's result that is optimized.")
+    goal: Literal["max", "min"] = Field("max", description="Whether a higher or lower is better.")
+    held_out: str | None = Field(
+        None,
+        description="A split graded only at the end of a run (and by `eat eval --split`), "
+        "never for agents; its data belongs in the target's private/.",
+    )
+    min_seeds: int = Field(3, ge=1, description="Seeds each grade is repeated on at least.")
+    max_seeds: int = Field(10, ge=1, description="Seeds each grade is repeated on at most.")
+    target_rse: float = Field(
+        0.02,
+        gt=0,
+        description="Stop adding seeds once the median's relative standard error "
+        "(0.93 IQR / |median| / sqrt(n)) is under this.",
+    )
+    paired: bool = Field(
+        False,
+        description="Grade the baseline beside every candidate, seed by seed in the same "
+        "process (a metric that moves with the machine's load, like a throughput); otherwise "
+        "the baseline's grades are kept for the session.",
+    )
+
+    @model_validator(mode="after")
+    def _one_grader(self) -> Grader:
+        if (self.file is None) == (self.command is None):
+            raise ValueError("grader: name either file (a Python grader) or command")
+        if self.min_seeds > self.max_seeds:
+            raise ValueError("grader.min_seeds: larger than max_seeds")
+        return self
 
 
 class EvalConfig(_Strict):
@@ -301,11 +356,16 @@ class Target(_Strict):
 
     name: str = Field(description="Short identifier.")
     description: str = Field("", description="One paragraph for people and prompts.")
-    runner: Literal["cpu", "cuda", "rocm", "mlx"] = Field(description="Hardware runner.")
+    runner: Literal["cpu", "cuda", "rocm", "mlx", "program"] = Field(
+        description="Hardware runner; 'program': a program its grader scores."
+    )
     language: str = Field(description="Candidate language, e.g. 'c'.")
-    entry: Entry
-    reference: Reference
+    entry: Entry | None = Field(None, description="Kernel targets: what a candidate defines.")
+    reference: Reference | None = Field(
+        None, description="Kernel targets: what outputs are checked against."
+    )
     baseline: Baseline
+    grader: Grader | None = Field(None, description="Program targets: how candidates are scored.")
     vendor: Vendor | None = None
     shapes: dict[str, list[str | int]] = Field(
         {},
@@ -313,9 +373,9 @@ class Target(_Strict):
         "workload parameters.",
     )
     workloads: list[dict[str, int | float]] = Field(
-        min_length=1, description="Parameter sets; every one is verified and timed."
+        [], description="Kernel targets: parameter sets; every one is verified and timed."
     )
-    tolerance: Tolerance
+    tolerance: Tolerance | None = None
     flops: str | None = Field(None, description="Floating-point operations per call (formula).")
     bytes: str | None = Field(None, description="Bytes moved per call (formula), for GB/s.")
     build: Build = Build()
@@ -331,6 +391,16 @@ class Target(_Strict):
     )
 
     @property
+    def program(self) -> bool:
+        """Scored as a whole by its grader (else a kernel, checked against its reference)."""
+        return self.grader is not None
+
+    @property
+    def metric_name(self) -> str:
+        """What a candidate's headline figure is called: the grader's metric gain, or speedup."""
+        return f"{self.grader.metric} gain" if self.grader else "speedup"
+
+    @property
     def native(self) -> bool:
         """Built into a shared library from a C prototype (else a Python module)."""
         return self.language in NATIVE
@@ -338,13 +408,26 @@ class Target(_Strict):
     @property
     def fence(self) -> str:
         """The code-fence tag for its sources in prompts and replies."""
-        return self.language if self.native else "python"
+        return self.language if self.native or self.program else "python"
 
     @property
     def args(self) -> list[Arg]:
-        if not self.native:
+        if not self.native or self.entry is None:
             return []
         return parse_signature(self.entry.signature or "", self.entry.name)
+
+    @property
+    def judge_file(self) -> str | None:
+        """The file that judges candidates, which agents read: the reference, or the grader."""
+        if self.reference:
+            return self.reference.file
+        return self.grader.file if self.grader else None
+
+    @property
+    def kernel(self) -> tuple[Entry, Reference, Tolerance]:
+        """A kernel target's entry, reference and tolerance (validated present)."""
+        assert self.entry and self.reference and self.tolerance, "not a kernel target"
+        return self.entry, self.reference, self.tolerance
 
     def path(self, rel: str) -> Path:
         return self.root / rel
@@ -370,17 +453,32 @@ class Target(_Strict):
                 f"language: {self.language!r} is not a language of the "
                 f"{self.runner} runner (one of: {', '.join(LANGUAGES[self.runner])})"
             )
+        if (self.runner == "program") != (self.grader is not None):
+            raise ValueError(
+                "grader: a program target (runner = 'program') needs one; a kernel has none"
+            )
+        if self.program:
+            if any(k.kind != "assign" for k in self.knobs.values()):
+                raise ValueError("knobs: a program target's knobs are marked `# eat:knob` lines")
+            return self
+        for name in ("entry", "reference", "tolerance"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: field required")
+        if not self.workloads:
+            raise ValueError("workloads: at least one is required")
+        if any(k.kind == "assign" for k in self.knobs.values()):
+            raise ValueError("knobs: marked `# eat:knob` lines are a program target's")
         if self.native:
             self._native_consistent()
-        elif not self.reference.inputs:
+        elif not self.kernel[1].inputs:
             raise ValueError(
                 "reference.inputs: required for Python targets "
                 "(inputs(seed, **params) -> list of call arguments)"
             )
-        elif self.entry.kind == "module" and not self.reference.init_inputs:
+        elif self.kernel[0].kind == "module" and not self.kernel[1].init_inputs:
             raise ValueError("reference.init_inputs: required when entry.kind is 'module'")
-        elif any(k.kind == "cflags" for k in self.knobs.values()):
-            raise ValueError("knobs: a Python target has no compiler flags to set")
+        elif any(k.kind != "define" for k in self.knobs.values()):
+            raise ValueError("knobs: a Python target's knobs are `NAME = value` lines (define)")
         for w in self.workloads:
             for kind in ("flops", "bytes"):
                 if getattr(self, kind):
@@ -391,7 +489,7 @@ class Target(_Strict):
         return self
 
     def _native_consistent(self) -> None:
-        if not self.entry.signature:
+        if not self.kernel[0].signature:
             raise ValueError(f"entry.signature: required for {self.language} targets")
         try:
             args = self.args
@@ -437,13 +535,63 @@ def load_target(path: str | Path) -> Target:
         if loc is None and ": " in msg:
             loc, msg = msg.split(": ", 1)
         raise TargetError(file, loc, msg) from None
-    for field, rel in [
-        ("reference.file", target.reference.file),
-        ("baseline.file", target.baseline.file),
-    ] + ([("vendor.file", target.vendor.file)] if target.vendor else []):
+    files = [("baseline.file", target.baseline.file)]
+    files += [("reference.file", target.reference.file)] if target.reference else []
+    files += [("vendor.file", target.vendor.file)] if target.vendor else []
+    files += [("grader.file", target.grader.file)] if target.grader and target.grader.file else []
+    for field, rel in files:
         if not target.path(rel).is_file():
             raise TargetError(file, field, f"{rel} not found in {root}")
+    if target.program:
+        try:
+            target.knobs = marked_knobs(target.baseline_source()) | target.knobs
+        except ValueError as e:
+            raise TargetError(target.path(target.baseline.file), "knobs", str(e)) from None
     return target
+
+
+_MARKED = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*# eat:knob\b(.*)$")
+
+
+def marked_knobs(source: str) -> dict[str, Knob]:
+    """The knobs a program's source marks: `NAME = value  # eat:knob [v1, v2, ...]`, the
+    current value first (the baseline's configuration); ValueError for a mark it cannot read."""
+    knobs: dict[str, Knob] = {}
+    for n, line in enumerate(source.splitlines(), 1):
+        if KNOB_MARK not in line:
+            continue
+        m = _MARKED.match(line)
+        if not m:
+            raise ValueError(f"line {n}: a `# eat:knob` mark belongs on a `NAME = value` line")
+        name, current, rest = m.groups()
+        try:
+            values = ast.literal_eval(rest.strip()) if rest.strip() else []
+            here = ast.literal_eval(current)
+        except (ValueError, SyntaxError):
+            raise ValueError(
+                f"line {n}: {name}'s value and its list `[v1, v2, ...]` must be literals"
+            ) from None
+        if not isinstance(values, list) or len(values) < 1:
+            raise ValueError(f"line {n}: {name}: `# eat:knob` needs a list of values, e.g. [1, 2]")
+        values = [here, *(v for v in values if v != here)]
+        try:
+            knobs[name] = Knob(kind="assign", values=values)
+        except ValidationError:
+            raise ValueError(f"line {n}: {name}: values must be numbers or strings") from None
+    return knobs
+
+
+def assign_knobs(source: str, knobs: dict) -> str:
+    """`source` with each marked line of a knob in `knobs` set to its value (the mark kept)."""
+
+    def one(line: str) -> str:
+        m = _MARKED.match(line)
+        if not m or m.group(1) not in knobs:
+            return line
+        head = line[: m.start(2)]
+        return f"{head}{knobs[m.group(1)]!r}  {KNOB_MARK}{m.group(3)}"
+
+    return "\n".join(one(line) for line in source.splitlines()) + "\n"
 
 
 def geomean(values: list[float]) -> float:

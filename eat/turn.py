@@ -217,6 +217,8 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
     if ev.ok and ev.workloads:
         spreads = sorted(w.candidate.iqr_s / w.candidate.median_s for w in ev.workloads)
         noise = spreads[len(spreads) // 2]
+    if ev.ok and ev.score:  # a program's grades: their spread is the noise a gain must beat
+        noise = ev.score.iqr / max(abs(ev.score.median), 1e-12)
     best_w = max(ev.workloads, key=lambda w: w.gflops or 0.0, default=None)
     return CandidateEvaluated(
         candidate=cid,
@@ -228,6 +230,7 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
         status=ev.status,
         speedup=ev.speedup,
         noise=noise,
+        score=ev.score.median if ev.score else None,
         message=ev.message[:500],
         plan_item=meta.get("plan_item"),
         gflops=best_w.gflops if best_w else None,

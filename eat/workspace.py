@@ -57,6 +57,8 @@ SOURCE_NAMES = {
     "pytorch": "candidate.py",
     "triton": "candidate.py",
     "mlx": "candidate.py",
+    "python": "candidate.py",
+    "text": "candidate.txt",
 }
 
 

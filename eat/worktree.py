@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from pathlib import Path
 
 from eat.agents.base import start_candidate
 from eat.agents.llm import render
@@ -40,7 +41,8 @@ def prepare(ctx: RunContext, team: Team, state: RunState) -> str | None:
             f"{team.id} starts from {parent or 'the baseline'}",
         )
     folder = paths.worktree(team.id)
-    for src in (target.path(target.reference.file), target.path(target.baseline.file)):
+    shown = [target.judge_file] if target.judge_file else []
+    for src in (target.path(rel) for rel in [*shown, target.baseline.file]):
         _read_only_copy(src, paths.reference_copy(team.id, src.name))
     for shared in (paths.learning, paths.skill):
         link = folder / shared.name
@@ -89,7 +91,7 @@ def task_text(ctx: RunContext, team: Team, state: RunState, start) -> str:
         target=target,
         team=team,
         candidate=source_name(target.language),
-        reference=target.path(target.reference.file).name,
+        reference=Path(target.judge_file).name if target.judge_file else None,
         baseline=target.path(target.baseline.file).name,
         start=x(start) if start else "the baseline",
         best=x(team.best),

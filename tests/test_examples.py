@@ -25,6 +25,10 @@ def test_example_is_consistent(folder: Path):
     assert target.name == folder.name
     assert target.description.strip()
     assert target.path(target.baseline.file).is_file()
+    if target.program:  # graded: knobs marked in its source, held-out data kept private
+        assert target.knobs and all(k.kind == "assign" for k in target.knobs.values())
+        assert target.grader.held_out and (folder / "private").is_dir()
+        return
     assert len(target.workloads) >= 3
     # Relative: rtol does the work, and no absolute floor lets an all-zero output through.
     assert 0 < target.tolerance.rtol <= 1e-2

@@ -123,7 +123,7 @@ class LLMAgent:
             target=t,
             learning=learning,
             skill=skill_text(self.paths.skill),
-            reference_source=t.path(t.reference.file).read_text(),
+            reference_source=t.path(t.judge_file).read_text() if t.judge_file else "",
             baseline_source=t.baseline_source(),
         )
         return system, context
@@ -303,7 +303,8 @@ class LLMAgent:
         original: str,
         parent: str | None,
     ) -> Proposal:
-        client, entry = self.client_for(role), self.target.entry.name
+        client = self.client_for(role)
+        entry = self.target.entry.name if self.target.entry else None
         messages = self._messages(role, changing)
         reply = client.chat(messages, agent=f"{team.id}/{role}", team=team.id)
         parsed = parse_reply(reply, original, entry)

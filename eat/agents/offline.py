@@ -23,7 +23,7 @@ from eat.knobspace import differs, region_radius
 from eat.runners.base import source_hash
 from eat.skill import SkillData
 from eat.state import RunState, Team, known_estimate
-from eat.target import Target
+from eat.target import Target, assign_knobs
 
 STRATEGIES = ("coordinate", "explorer", "refiner", "model")
 _TRIES = 200
@@ -31,7 +31,10 @@ _TRIES = 200
 
 def render(target: Target, knobs: dict[str, Any]) -> str:
     """The baseline with knob values prepended: a `// eat:cflags` line, then `#define`s; for
-    Python targets `NAME = value` lines (the value as Python source)."""
+    Python targets `NAME = value` lines (the value as Python source); a program's marked
+    `# eat:knob` lines set in place."""
+    if target.program:
+        return assign_knobs(target.baseline_source(), knobs)
     head: list[str] = []
     for name, knob in target.knobs.items():
         if name not in knobs:

@@ -54,8 +54,10 @@ class _Evaluator:
     def unavailable(self, target: Target) -> str | None:
         return self.runner.unavailable(target)
 
-    def evaluate(self, target: Target, source: str, config: EvalConfig | None) -> Evaluation:
-        return self.runner.evaluate(target, source, config=config)
+    def evaluate(
+        self, target: Target, source: str, config: EvalConfig | None, **kwargs
+    ) -> Evaluation:
+        return self.runner.evaluate(target, source, config=config, **kwargs)
 
 
 class RayRunner:
@@ -111,11 +113,13 @@ class RayRunner:
         *,
         config: EvalConfig | None = None,
         workdir: Path | None = None,
+        **kwargs,
     ) -> Evaluation:
+        """`kwargs`: what the runner's own evaluate takes besides (a program's `split`)."""
         cfg = config or target.evaluation
         # Compile, verify and time each have their own limits; the wait covers them all.
         limit = cfg.compile_timeout_s + 2 * cfg.timeout_s + 600
-        ref = self.actor.evaluate.remote(target, source, config)
+        ref = self.actor.evaluate.remote(target, source, config, **kwargs)
         ready, _ = self.ray.wait([ref], timeout=limit)
         if not ready:
             self.ray.cancel(ref, force=True)

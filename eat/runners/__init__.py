@@ -29,6 +29,10 @@ def get_runner(name: str, language: str | None = None, **kwargs) -> Runner:
             f"runner {name!r} does not take {language!r} candidates "
             f"(one of: {', '.join(languages)})"
         )
+    if name == "program":
+        from eat.runners.program import ProgramRunner
+
+        return ProgramRunner(**kwargs)
     if language == "c":
         from eat.runners.cpu import CpuRunner
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 import eat
 from eat.errors import EatError
-from eat.runners.job import Job
+from eat.runners.job import GradeJob, Job
 from eat.runners.sandbox import Completed
 from eat.target import EvalConfig, Target, geomean
 
@@ -69,6 +69,15 @@ class WorkloadResult(BaseModel):
         return ", ".join(parts)
 
 
+class Grade(BaseModel):
+    """A program's grades on one split: its metric's median over seeds, and the spread."""
+
+    median: float = Field(description="Median of the metric over the seeds graded.")
+    iqr: float = Field(description="Interquartile range of the metric over those seeds.")
+    n: int = Field(description="Number of seeds graded.")
+    metrics: dict[str, float] = Field({}, description="Every metric the grader gave: medians.")
+
+
 VERIFIED_ONLY = "verified; not timed (evaluation.timed is off)"
 
 
@@ -77,7 +86,15 @@ class Evaluation(BaseModel):
 
     status: Status
     speedup: float | None = Field(
-        None, description="Geometric mean over workloads of baseline / candidate latency."
+        None,
+        description="Geometric mean over workloads of baseline / candidate latency; on a "
+        "program target, the metric's gain over the baseline (higher is better either way).",
+    )
+    metric: str | None = Field(None, description="Program targets: the metric graded.")
+    split: str | None = Field(None, description="Program targets: the split graded.")
+    score: Grade | None = Field(None, description="Program targets: the candidate's grades.")
+    baseline_score: Grade | None = Field(
+        None, description="Program targets: the baseline's, on the same split and seeds."
     )
     message: str = Field("", description="One line: why this status.")
     target: str = ""
@@ -169,7 +186,7 @@ def summarize(target: Target, timed: list[dict], peaks: Peaks | None) -> dict:
     return out
 
 
-def read_result(job: Job, run: Completed, cfg: EvalConfig) -> dict:
+def read_result(job: Job | GradeJob, run: Completed, cfg: EvalConfig) -> dict:
     """The harness's tagged result line, or the status its end implies (timeout, crash)."""
     tag = f"EAT-RESULT {job['nonce']} "
     for line in run.stdout.splitlines():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-Mode = Literal["verify", "time"]
+Mode = Literal["verify", "time", "grade"]
 
 
 class Reference(TypedDict):
@@ -98,3 +98,30 @@ class PythonJob(Job):
     kind: str  # the entry's kind: "function" or "module"
     candidate: str  # the candidate's file
     baseline: NotRequired[str]  # time mode: the baseline's file
+
+
+class GraderCall(TypedDict):
+    """A program target's grader: a function in a file, or a command."""
+
+    file: str | None  # absolute
+    function: str
+    command: list[str] | None
+
+
+class GradeJob(TypedDict):
+    """The grading child's job: grade each folder on seed after seed, candidate first."""
+
+    nonce: str
+    mode: Mode  # "grade"
+    entry: str  # the target's name, for messages
+    root: str  # the target folder: the grader's imports and a command's working directory
+    grader: GraderCall
+    folders: list[str]  # the candidate's folder, then the baseline's where graded beside it
+    split: str
+    seeds: list[int]  # in order; the child stops early once the medians are steady
+    min_seeds: int
+    target_rse: float
+    metric: str
+    lock_down: bool
+    confine_writes: bool
+    unreadable: list[str]

@@ -446,7 +446,7 @@ class NativeRunner(ABC):
             }
             for w in target.workloads
         ]
-        ref = target.reference
+        entry, ref, tolerance = target.kernel
         make: MakeSets = {
             "args": [a.model_dump() for a in target.args],
             "workloads": workloads,
@@ -460,11 +460,11 @@ class NativeRunner(ABC):
         job: NativeJob = {
             "nonce": secrets.token_hex(16),
             "mode": "verify",
-            "entry": target.entry.name,
+            "entry": entry.name,
             "args": make["args"],
             "workloads": workloads,
             "reference": make["reference"],
-            "tolerance": target.tolerance.model_dump(),
+            "tolerance": tolerance.model_dump(),
             "config": make["config"],
             "candidate_lib": str(lib),
             "lock_down": self.lock_down,

@@ -173,11 +173,11 @@ class PythonRunner:
             )
 
     def _job(self, target: Target, cfg: EvalConfig, candidate: Path) -> PythonJob:
-        ref = target.reference
+        entry, ref, tolerance = target.kernel
         make: MakeSets = {
             "framework": self.framework,
             "device": self.device_kind,
-            "kind": target.entry.kind,
+            "kind": entry.kind,
             "reference": {
                 "file": str(target.path(ref.file).resolve()),
                 "function": ref.function,
@@ -192,11 +192,11 @@ class PythonRunner:
             "mode": "verify",
             "framework": self.framework,
             "device": self.device_kind,
-            "entry": target.entry.name,
-            "kind": target.entry.kind,
+            "entry": entry.name,
+            "kind": entry.kind,
             "reference": make["reference"],
             "workloads": target.workloads,
-            "tolerance": target.tolerance.model_dump(),
+            "tolerance": tolerance.model_dump(),
             "config": make["config"],
             "candidate": str(candidate),
             "cpu": self.cpu if self.device_kind == "cpu" else None,
