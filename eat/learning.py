@@ -95,9 +95,10 @@ def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
     """The managed block; older lessons are consolidated until it fits in `cap`."""
     items = lessons(state)
     effects, dead, untried = knob_effects(state, target)
+    label = f" {target.metric_name}" if target.program else ""  # a kernel's is its speedup
     keep = len(items)
     while True:
-        text = _compose(state, items, keep, effects, dead, untried)
+        text = _compose(state, items, keep, effects, dead, untried, label)
         if len(text) <= cap or keep == 0:
             break
         keep = keep // 2 if keep > 4 else keep - 1
@@ -105,11 +106,11 @@ def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
         # Still too long: merge the longest detail list into a count (never drop the tail).
         longest = max((dead, untried, effects), key=len)
         longest[:] = [f"{len(longest)} entries consolidated"]
-        text = _compose(state, items, keep, effects, dead, untried)
+        text = _compose(state, items, keep, effects, dead, untried, label)
     return text
 
 
-def _compose(state, items, keep, effects, dead, untried) -> str:
+def _compose(state, items, keep, effects, dead, untried, label: str) -> str:
     # Most stable first, so LLM prompt caches keep hitting: the lessons only grow at their end;
     # what changes with every new best comes last.
     lines = ["## Lessons", ""]
@@ -140,7 +141,8 @@ def _compose(state, items, keep, effects, dead, untried) -> str:
         )
         flops = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
         lines.append(
-            f"{b.cid} (team {b.team}): {speedup_text(b.estimate)} over the baseline{flops}"
+            f"{b.cid} (team {b.team}): {speedup_text(b.estimate)}"
+            f"{label} over the baseline{flops}"
             f"{vendor}; {b.what[:100]}"
         )
     else:

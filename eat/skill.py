@@ -183,12 +183,14 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
         best=top[0],
         top=top,
     )
+    # a kernel is made faster; a program is made better by its grader's metric
+    goal = f"better by its {target.grader.metric}" if target.grader else "faster"
     description = (
-        f"What eat learned making {target.name} faster: best "
-        f"{speedup_text(best.estimate)} over its baseline ({best.what[:200]}) after "
-        f"{state.spent_evals} evaluations. Use when optimizing {target.name} or a "
-        f"kernel with the same knobs; `eat start {target.name} --skill SKILL.md` "
-        "starts from its configurations."
+        f"What eat learned making {target.name} {goal}: best "
+        f"{speedup_text(best.estimate)} {target.metric_name} over its baseline "
+        f"({best.what[:200]}) after {state.spent_evals} evaluations. Use when optimizing "
+        f"{target.name} or a {'program' if target.grader else 'kernel'} with the same knobs; "
+        f"`eat start {target.name} --skill SKILL.md` starts from its configurations."
     )
     front = yaml.safe_dump(
         {"name": f"eat-{_slug(target.name)}"[:64], "description": description[:1024]},
@@ -200,11 +202,16 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
     lines = [
         f"---\n{front}---",
         "",
-        f"# Making {target.name} faster",
+        f"# Making {target.name} {goal}",
         "",
         f"Learned by an eat run ({state.spent_evals} evaluations, {len(state.teams)} "
-        f"teams). Speedups are over the target's baseline, timed beside it; candidate ids "
-        "are the run's.",
+        f"teams). Figures are the {target.metric_name} over the target's baseline, "
+        + (
+            "graded on the same seeds (a configuration's `speedup` below is that figure)"
+            if target.grader
+            else "timed beside it"
+        )
+        + "; candidate ids are the run's.",
         "",
         "## Lessons that held",
         "",

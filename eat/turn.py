@@ -10,6 +10,7 @@ turns themselves, so it is kept in one place.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from eat.agents.base import Proposal, Worker
@@ -217,8 +218,10 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
     if ev.ok and ev.workloads:
         spreads = sorted(w.candidate.iqr_s / w.candidate.median_s for w in ev.workloads)
         noise = spreads[len(spreads) // 2]
-    if ev.ok and ev.score:  # a program's grades: their spread is the noise a gain must beat
-        noise = ev.score.iqr / max(abs(ev.score.median), 1e-12)
+    if ev.ok and ev.gain_rse is not None and math.isfinite(ev.gain_rse):
+        # A program's: every candidate is graded on the same seeds, so the noise between two is
+        # how much its gain moves from seed to seed, not how much the episodes differ.
+        noise = ev.gain_rse
     best_w = max(ev.workloads, key=lambda w: w.gflops or 0.0, default=None)
     return CandidateEvaluated(
         candidate=cid,

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from eat.events import Event, describe, speedup_text
 from eat.state import Candidate, RunState
+from eat.status import grader_of
 from eat.steer import on_writes
 from eat.workspace import LogReader, Paths, Workspace, read_key, tampered
 
@@ -57,6 +58,8 @@ class RunView:
     def __init__(self, ws: Workspace):
         self.ws = ws
         self.config = ws.config()
+        grader = grader_of(ws)
+        self.label = f"{grader.metric} gain " if grader else ""  # a kernel's is its speedup
         self._reset()
 
     def _reset(self) -> None:
@@ -137,7 +140,7 @@ def frame(view: RunView, running: bool) -> RenderableType:
     if best:
         lines.append(
             Text(
-                f"best {speedup_text(best.estimate)} ({best.cid} by {best.team})  "
+                f"best {view.label}{speedup_text(best.estimate)} ({best.cid} by {best.team})  "
                 f"{sparkline(view.curve)}"
             )
         )

@@ -163,5 +163,6 @@ def test_a_turn_that_ends_after_ctrl_c_writes_nothing_after_the_stop(tmp_path, w
         if t.name.startswith("eat-turn-"):
             t.join(30)
     events = Workspace.open(tmp_path / "ws").read_events()[0]
-    assert stop.code == "interrupted" and runner.calls == 3
+    # With two workers the other turn may already be evaluating when Ctrl-C lands: it finishes.
+    assert stop.code == "interrupted" and 3 <= runner.calls <= 2 + workers
     assert events[-1].type == "run_stopped", [e.type for e in events[-4:]]

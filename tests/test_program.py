@@ -51,11 +51,16 @@ def grade(folder, split, seed):
     assert isinstance(x, (int, float)), f"solve() gave {x!r} for x"
     rng = random.Random(HELD[seed % len(HELD)] if split == "held_out" else seed)
     cost = (x - 3) ** 2 + (y + 1) ** 2
-    return {"score": 100 - cost + rng.gauss(0, NOISE), "cost": cost, "note": "text is kept out"}
+    # an episode's own noise (the seed's, the same for every candidate) and a measurement's
+    # (unseeded, as a throughput's timing would be)
+    score = 100 - cost + rng.gauss(0, NOISE) + random.SystemRandom().gauss(0, JITTER)
+    return {"score": score, "cost": cost, "note": "text is kept out"}
 """
 
 
-def make_target(root, *, goal="max", noise=0.2, grader_extra="", metric="score", **grader):
+def make_target(
+    root, *, goal="max", noise=0.2, jitter=0.0, grader_extra="", metric="score", **grader
+):
     root.mkdir(parents=True, exist_ok=True)
     fields = {"file": "grader.py", "metric": metric, "goal": goal, "held_out": "held_out"}
     fields |= grader
@@ -81,7 +86,9 @@ def make_target(root, *, goal="max", noise=0.2, grader_extra="", metric="score",
         + "\n"
     )
     (root / "prog.py").write_text(PROGRAM)
-    (root / "grader.py").write_text(GRADER.replace("NOISE", repr(noise)) + grader_extra)
+    (root / "grader.py").write_text(
+        GRADER.replace("NOISE", repr(noise)).replace("JITTER", repr(jitter)) + grader_extra
+    )
     (root / "private").mkdir(exist_ok=True)
     (root / "private" / "held.json").write_text("[101, 202, 303, 404]")
     return root
@@ -159,18 +166,21 @@ def test_a_min_goal_counts_a_lower_metric_as_a_gain(tmp_path):
 
 
 def test_noisier_grades_take_more_seeds_and_their_spread_is_the_noise_plateaus_use(tmp_path):
-    quiet = load_target(make_target(tmp_path / "quiet", noise=0.01, max_seeds=12))
-    loud = load_target(make_target(tmp_path / "loud", noise=8.0, max_seeds=12))
+    quiet = load_target(make_target(tmp_path / "quiet", max_seeds=12))
+    loud = load_target(make_target(tmp_path / "loud", jitter=15.0, max_seeds=12))
     src = render(quiet, {"X": 2, "Y": -1})
     q, lo = runner_for(quiet).evaluate(quiet, src), runner_for(loud).evaluate(loud, src)
     assert q.score.n == quiet.grader.min_seeds and lo.score.n > q.score.n
+    # Every candidate meets the same episodes: what the episodes share is no noise between two
+    # candidates; what the measurement adds is.
+    assert q.gain_rse < 0.01 and lo.gain_rse > 0.025
     noisy = evaluated_event("c0001", {"team": "a-1"}, lo)
-    assert noisy.noise == pytest.approx(lo.score.iqr / abs(lo.score.median)) and noisy.noise > 0.02
-    # Gains inside that spread are no progress: the team stalls as its window passes.
+    assert noisy.noise == lo.gain_rse and noisy.score == lo.score.median
+    # Gains inside that noise are no progress: the team stalls as its window passes.
     h = History("a-1")
     h.add(noisy.model_copy(update={"seq": 0}))
-    for s in (1.01, 1.02, 1.03, 1.04):  # graded as noisily
-        h.eval("a-1", noisy.speedup * s, noise=noisy.noise)
+    for k in range(1, 5):  # graded as noisily
+        h.eval("a-1", noisy.speedup * (1 + noisy.noise * k / 5), noise=noisy.noise)
     assert h.state.threshold() == pytest.approx(noisy.noise)
     found = [(p.scope, p.kind, p.team) for p in detect_plateaus(h.state, CFG)]
     assert ("team", "stalled", "a-1") in found

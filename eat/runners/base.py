@@ -96,6 +96,12 @@ class Evaluation(BaseModel):
     baseline_score: Grade | None = Field(
         None, description="Program targets: the baseline's, on the same split and seeds."
     )
+    gain_rse: float | None = Field(
+        None,
+        description="Program targets: the relative standard error of the median of the "
+        "per-seed gains, how far the headline would move on other seeds (the noise a later "
+        "gain must beat).",
+    )
     message: str = Field("", description="One line: why this status.")
     target: str = ""
     runner: str = ""

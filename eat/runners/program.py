@@ -29,6 +29,7 @@ from eat.runners.base import (
     source_hash,
 )
 from eat.runners.cpu import cpu_model
+from eat.runners.grade import rse
 from eat.runners.job import GradeJob
 from eat.target import EvalConfig, Grader, Target
 
@@ -131,12 +132,17 @@ class ProgramRunner:
             else:
                 base_grades = self._baseline_grades(target, cfg, tmp, split, len(grades[0]))
             base = grade_of(base_grades, grader.metric)
+            per_seed = [
+                gain(c[grader.metric], b[grader.metric], grader.goal)
+                for c, b in zip(grades[0], base_grades)
+            ]
             durations["total_s"] = time.monotonic() - t0
         return Evaluation(
             status="ok",
             speedup=gain(score.median, base.median, grader.goal),
             score=score,
             baseline_score=base,
+            gain_rse=rse([g for g in per_seed if g is not None]) if None not in per_seed else None,
             message=f"{grader.metric} {score.median:.4g} (baseline {base.median:.4g}) "
             f"over {score.n} seeds of {split}",
             stderr=run.stderr,
