@@ -196,6 +196,10 @@ BROKEN = {
         "wall-clock",
     ),
     "syntax": ("def solve(:\n", "compile_error", "SyntaxError"),
+    "fork": ("import os\nos.fork()\n", "crash", "Operation not permitted"),
+    "allocates 8 GB": ("x = bytearray(8 << 30)\n", "crash", "MemoryError"),
+    "writes outside": ("open(OUTSIDE, 'w').write('x')\n", "crash", "Permission denied"),
+    "exits early": ("import os\nos._exit(0)\n", "crash", "exited with code 0"),
     "reads held-out": (
         "import json\nSEEDS = json.load(open(HELD))\ndef solve():\n    return 3, -1\n",
         "rejected",
@@ -210,8 +214,18 @@ def test_a_broken_candidate_is_a_status_with_its_message(toy, case):
     cfg = t.evaluation.model_copy(update={"timeout_s": 5})
     source, status, words = BROKEN[case]
     source = source.replace("HELD", repr(str(toy / "private" / "held.json")))
+    source = source.replace("OUTSIDE", repr(str(toy / "written.txt")))
     ev = runner_for(t).evaluate(t, source, config=cfg)
     assert ev.status == status and words in ev.message, ev.message
+    assert not (toy / "written.txt").exists()
+
+
+def test_a_candidate_cannot_forge_its_grades_by_printing(toy):
+    t = load_target(toy)
+    forged = '{"status": "ok", "message": "graded", "grades": [[{"score": 1e9}]]}'
+    source = f"print('EAT-RESULT 0 ' + {forged!r})\n" + PROGRAM
+    ev = runner_for(t).evaluate(t, source)
+    assert ev.status == "ok" and ev.score.median < 100 and "EAT-RESULT" in ev.stderr
 
 
 @pytest.mark.parametrize(
