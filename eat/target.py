@@ -39,6 +39,7 @@ LANGUAGES: dict[str, tuple[str, ...]] = {
 }
 NATIVE = ("c", "cuda", "hip")
 KNOB_MARK = "# eat:knob"
+FILE_MARK = "# eat:file"
 
 
 class Entry(_Strict):
@@ -92,9 +93,14 @@ class Reference(PyFunction):
 
 
 class Baseline(_Strict):
-    """The solution speedups are measured against."""
+    """The solution speedups (a program's gains) are measured against."""
 
     file: str = Field(description="Source file, relative to the target folder.")
+    files: list[str] = Field(
+        [],
+        description="Program targets: more files of the program that agents may edit; a "
+        "candidate is then all of them as one text, each after a line `# eat:file NAME`.",
+    )
 
 
 class Tolerance(_Strict):
@@ -432,8 +438,28 @@ class Target(_Strict):
     def path(self, rel: str) -> Path:
         return self.root / rel
 
+    @property
+    def files(self) -> list[str]:
+        """The names of a candidate's files (the baseline's, in its folder's order)."""
+        return [Path(f).name for f in [self.baseline.file, *self.baseline.files]]
+
     def baseline_source(self) -> str:
-        return self.path(self.baseline.file).read_text()
+        """The baseline as a candidate's source: its file, or its files bundled."""
+        if not self.baseline.files:
+            return self.path(self.baseline.file).read_text()
+        rels = [self.baseline.file, *self.baseline.files]
+        return bundle({Path(r).name: self.path(r).read_text() for r in rels})
+
+    def unbundle(self, source: str) -> dict[str, str]:
+        """A candidate's files by name; ValueError if a bundle lacks one or names another."""
+        if not self.baseline.files:
+            return {self.files[0]: source}
+        got = unbundle(source)
+        if missing := [f for f in self.files if f not in got]:
+            raise ValueError(f"the candidate lacks {', '.join(missing)} (`{FILE_MARK} NAME`)")
+        if extra := [f for f in got if f not in self.files]:
+            raise ValueError(f"{', '.join(extra)}: not a file of this program")
+        return got
 
     def metric(self, kind: Literal["flops", "bytes"], params: dict) -> float | None:
         formula = getattr(self, kind)
@@ -457,6 +483,10 @@ class Target(_Strict):
             raise ValueError(
                 "grader: a program target (runner = 'program') needs one; a kernel has none"
             )
+        if self.baseline.files and not self.program:
+            raise ValueError("baseline.files: only a program target has more than one file")
+        if len(set(self.files)) < len(self.files):
+            raise ValueError("baseline.files: two of the files have one name")
         if self.program:
             if any(k.kind != "assign" for k in self.knobs.values()):
                 raise ValueError("knobs: a program target's knobs are marked `# eat:knob` lines")
@@ -536,6 +566,7 @@ def load_target(path: str | Path) -> Target:
             loc, msg = msg.split(": ", 1)
         raise TargetError(file, loc, msg) from None
     files = [("baseline.file", target.baseline.file)]
+    files += [("baseline.files", f) for f in target.baseline.files]
     files += [("reference.file", target.reference.file)] if target.reference else []
     files += [("vendor.file", target.vendor.file)] if target.vendor else []
     files += [("grader.file", target.grader.file)] if target.grader and target.grader.file else []
@@ -592,6 +623,23 @@ def assign_knobs(source: str, knobs: dict) -> str:
         return f"{head}{knobs[m.group(1)]!r}  {KNOB_MARK}{m.group(3)}"
 
     return "\n".join(one(line) for line in source.splitlines()) + "\n"
+
+
+def bundle(files: dict[str, str]) -> str:
+    """Several files as one source: each after a line `# eat:file NAME`."""
+    return "".join(f"{FILE_MARK} {name}\n{text.rstrip(chr(10))}\n" for name, text in files.items())
+
+
+def unbundle(source: str) -> dict[str, str]:
+    """The files of a bundle by name (text before the first mark is dropped)."""
+    files: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in source.splitlines():
+        if line.startswith(FILE_MARK + " "):
+            current = files.setdefault(line[len(FILE_MARK) + 1 :].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) + "\n" for name, lines in files.items()}
 
 
 def geomean(values: list[float]) -> float:

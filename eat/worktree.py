@@ -42,7 +42,7 @@ def prepare(ctx: RunContext, team: Team, state: RunState) -> str | None:
         )
     folder = paths.worktree(team.id)
     shown = [target.judge_file] if target.judge_file else []
-    for src in (target.path(rel) for rel in [*shown, target.baseline.file]):
+    for src in (target.path(rel) for rel in [*shown, target.baseline.file, *target.baseline.files]):
         _read_only_copy(src, paths.reference_copy(team.id, src.name))
     for shared in (paths.learning, paths.skill):
         link = folder / shared.name

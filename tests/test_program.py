@@ -332,3 +332,38 @@ def test_the_pendulum_example_run_offline_beats_its_baseline_on_held_out_episode
     # the baseline's mean return is about -490 on the held-out episodes, a tuned one's -150
     assert held["status"] == "ok" and held["baseline_score"] < -400
     assert held["score"] > -250 and held["gain"] > 1.6
+
+
+def test_a_program_of_several_files_is_one_bundle_its_knobs_anywhere_in_it(toy, tmp_path):
+    (toy / "prog.py").write_text(
+        "X = 0  # eat:knob [0, 1, 2, 3, 4]\n\n\ndef solve():\n    return X, HELPER.Y\n"
+    )
+    (toy / "helper.py").write_text("Y = 0  # eat:knob [-2, -1, 1]\n")
+    toml = (toy / "target.toml").read_text()
+    (toy / "target.toml").write_text(
+        toml.replace('file = "prog.py"', 'file = "prog.py"\nfiles = ["helper.py"]')
+    )
+    (toy / "grader.py").write_text(
+        (toy / "grader.py")
+        .read_text()
+        .replace(
+            "    spec.loader.exec_module(module)",
+            "    path = os.path.join(folder, 'helper.py')\n"
+            "    helper = importlib.util.spec_from_file_location('helper', path)\n"
+            "    module.HELPER = importlib.util.module_from_spec(helper)\n"
+            "    helper.loader.exec_module(module.HELPER)\n"
+            "    spec.loader.exec_module(module)",
+        )
+    )
+    t = load_target(toy)
+    assert t.files == ["prog.py", "helper.py"] and list(t.knobs) == ["X", "Y"]
+    assert t.unbundle(t.baseline_source())["helper.py"] == "Y = 0  # eat:knob [-2, -1, 1]\n"
+    runner = runner_for(t)
+    ev = runner.evaluate(t, render(t, {"X": 3, "Y": -1}))
+    assert ev.status == "ok" and ev.score.metrics["cost"] == 0
+    lacking = runner.evaluate(t, "# eat:file prog.py\n" + PROGRAM)
+    assert lacking.status == "compile_error" and "lacks helper.py" in lacking.message
+    ws = tmp_path / "ws"
+    start_run(toy, ws, max_evals=14, workers=1)
+    st = run_status(ws)
+    assert st["best_gain"] > 1.05 and st["held_out"]["status"] == "ok"

@@ -97,17 +97,19 @@ class ProgramRunner:
             metric=grader.metric,
             split=split,
         )
-        if target.language == "python":
-            try:
-                compile(source, target.baseline.file, "exec")
-            except (SyntaxError, ValueError) as e:
-                return Evaluation(status="compile_error", message=f"{type(e).__name__}: {e}", **ev)
+        try:
+            files = target.unbundle(source)
+            for name, text in files.items():
+                if target.language == "python":
+                    compile(text, name, "exec")
+        except (SyntaxError, ValueError) as e:
+            return Evaluation(status="compile_error", message=f"{type(e).__name__}: {e}", **ev)
         with tempfile.TemporaryDirectory(prefix="eat-prog-", dir=workdir) as tmp_name:
             tmp = Path(tmp_name)
-            base_src = target.baseline_source()
-            folders = [self._folder(tmp / "candidate", target, source)]
+            folders = [self._folder(tmp / "candidate", files)]
             if grader.paired and cfg.timed:
-                folders.append(self._folder(tmp / "baseline", target, base_src))
+                baseline = target.unbundle(target.baseline_source())
+                folders.append(self._folder(tmp / "baseline", baseline))
             seeds = list(range(grader.max_seeds if cfg.timed else 1))
             t0 = time.monotonic()
             res, run = self._grade(target, cfg, tmp, folders, split, seeds, grader.min_seeds)
@@ -157,7 +159,7 @@ class ProgramRunner:
         key = (str(target.root), split, source_hash(target.baseline_source()))
         missing = [s for s in range(n) if (*key, s) not in self._baseline]
         if missing:
-            folder = self._folder(tmp / "baseline", target, target.baseline_source())
+            folder = self._folder(tmp / "baseline", target.unbundle(target.baseline_source()))
             res, _ = self._grade(target, cfg, tmp, [folder], split, missing, len(missing))
             if res["status"] != "ok":
                 raise HarnessError(f"target {target.name}: the baseline: {res['message']}")
@@ -166,9 +168,10 @@ class ProgramRunner:
         return [self._baseline[(*key, s)] for s in range(n)]
 
     @staticmethod
-    def _folder(path: Path, target: Target, source: str) -> str:
+    def _folder(path: Path, files: dict[str, str]) -> str:
         path.mkdir()
-        (path / Path(target.baseline.file).name).write_text(source)
+        for name, text in files.items():
+            (path / name).write_text(text)
         return str(path)
 
     def _grade(
