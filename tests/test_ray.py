@@ -56,6 +56,18 @@ def test_a_run_on_the_ray_executor_evaluates_in_an_actor_and_leaves_nothing_behi
     assert _gone_but(before)
 
 
+@pytest.mark.slow
+def test_a_program_run_on_ray_grades_in_the_actor_and_its_best_on_held_out(tmp_path):
+    ws, stop = start_run(
+        ROOT / "examples" / "pendulum_policy", tmp_path / "ws", executor="ray", max_evals=4
+    )
+    assert stop.code == "max_evals"
+    st = run_status(ws)
+    assert st["evaluations"] == 4 and st["metric"] == "return" and st["best_gain"] > 0
+    assert st["held_out"]["status"] == "ok"  # the split reached the runner in the actor
+    assert not ray.is_initialized()
+
+
 def _gone_but(before: list[str], wait_s: float = 30.0) -> bool:
     """Whether Ray's daemons other than `before` exit (they take a moment after shutdown
     returns, longer on a loaded machine: a bound on waiting, not on speed)."""
