@@ -532,7 +532,13 @@ def _agent_request(kind: str, message: str, as_json: bool) -> None:
         sys.stdout.write(json.dumps(reply, indent=2) + "\n")
     else:
         head = reply["status"] + (f" {reply['candidate']}" if reply.get("candidate") else "")
-        if reply.get("speedup"):
+        if reply.get("metric") and reply.get("score"):  # a program's grades
+            head += f"  {reply['metric']} {reply['score']['median']:.4g}"
+            if reply.get("baseline_score"):
+                head += f" (baseline {reply['baseline_score']['median']:.4g})"
+            if reply.get("gain"):
+                head += f", gain {reply['gain']:.2f}x"
+        elif reply.get("speedup"):
             head += f"  speedup {reply['speedup']:.2f}x"
         if reply.get("new_best"):
             head += "  (the run's new best)"

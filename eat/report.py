@@ -17,6 +17,7 @@ from pathlib import Path
 from eat.errors import BadInput
 from eat.events import (
     CandidateEvaluated,
+    HeldOutGraded,
     LLMCalled,
     PlateauDetected,
     Restructured,
@@ -81,6 +82,7 @@ class Facts:
     llm: list[LLMCalled] = field(default_factory=list)
     stopped: RunStopped | None = None  # the last session's end, None while one runs or crashed
     label: str = "speedup"  # what the headline is: a kernel's speedup, a program's metric gain
+    held_out: HeldOutGraded | None = None  # a program's best graded on its held-out split
 
     @property
     def best(self) -> str | None:
@@ -116,6 +118,8 @@ def collect(events, config) -> Facts:
                 facts.llm.append(e)
             case RunStopped():
                 facts.stopped = e
+            case HeldOutGraded():
+                facts.held_out = e
             case RunResumed():
                 facts.stopped = None
     return facts
@@ -546,6 +550,32 @@ def _best_result(ws: Workspace, f: Facts) -> dict | None:
 # -- the page --------------------------------------------------------------------------------
 
 
+def _grades(result: dict, f: Facts) -> str:
+    """A program's best against its baseline: every metric's median over the seeds graded,
+    and the held-out split's figures where the run graded it."""
+    score, base = result["score"], result.get("baseline_score") or {}
+    rows = [
+        [escape(k), f"{v:.4g}", f"{base.get('metrics', {}).get(k, float('nan')):.4g}"]
+        for k, v in score["metrics"].items()
+    ]
+    held = f.held_out
+    if held and held.status == "ok" and held.score is not None and held.baseline_score is not None:
+        rows.append(
+            [
+                f"{escape(result.get('metric') or '')} on {escape(held.split)} ({held.candidate})",
+                f"{held.score:.4g}",
+                f"{held.baseline_score:.4g}",
+            ]
+        )
+    elif held:
+        rows.append([f"on {escape(held.split)}", escape(held.status), escape(held.message[:200])])
+    return (
+        f'<p class="note">Medians over {score["n"]} seeds of {escape(result.get("split") or "?")} '
+        f"(IQR {score['iqr']:.3g}); the baseline graded on the same seeds.</p>"
+        + _table(["metric", "best", "baseline"], rows)
+    )
+
+
 def _summary(ws: Workspace, f: Facts, max_evals: int) -> str:
     st, stop = f.state, f.stopped
     now = (
@@ -651,6 +681,8 @@ def render(ws: Workspace) -> str:
                 f"{workloads_chart(result)}",
             )
         )
+    elif f.best and result and result.get("score"):
+        sections.append((f"Grades of the best ({escape(f.best)})", _grades(result, f)))
     else:
         sections.append(("Per-workload times of the best", "<p>No timed best candidate yet.</p>"))
     if f.llm:

@@ -14,6 +14,7 @@ from eat.agents.offline import render
 from eat.errors import TargetError
 from eat.events import TeamSpawned
 from eat.plateau import detect_plateaus
+from eat.report import write_report
 from eat.run import run_status, start_run
 from eat.runners import runner_for
 from eat.runners.program import gain
@@ -283,6 +284,7 @@ def test_an_external_agent_improves_a_program_end_to_end(toy, tmp_path):
         "set -e\n"
         "eat check --json > check.json\n"
         "sed -e 's/^X = [0-9]*/X = 3/' -e 's/^Y = [-0-9]*/Y = -1/' prog.py > candidate.py\n"
+        "eat check > check.txt\n"
         "eat submit -m 'X and Y at the optimum' --json > submit.json\n"
     )
     ws = tmp_path / "ws"
@@ -300,6 +302,7 @@ def test_an_external_agent_improves_a_program_end_to_end(toy, tmp_path):
     reply = json.loads((wt / "submit.json").read_text())
     assert reply["status"] == "ok" and reply["metric"] == "score" and reply["gain"] > 1.05
     assert json.loads((wt / "check.json").read_text())["status"] == "ok"
+    assert (wt / "check.txt").read_text().startswith("ok  score 10")  # one seed, no baseline
     assert (wt / "grader.py").is_file() and not (wt / "private").exists()
     st = run_status(ws)
     assert st["best_gain"] == pytest.approx(reply["gain"]) and st["held_out"]["status"] == "ok"
@@ -321,6 +324,11 @@ def test_status_of_a_program_run_speaks_of_its_metric(toy, tmp_path):
 
     out = CliRunner().invoke(app, ["status", str(ws)]).output
     assert "score gain" in out and "held-out (held_out)" in out and "speedup" not in out
+    watch = CliRunner().invoke(app, ["watch", str(ws), "--once"]).output
+    assert "best score gain" in watch
+    html = write_report(ws).read_text()
+    assert "Best score gain over evaluations" in html and "Grades of the best" in html
+    assert "score on held_out" in html
 
 
 @pytest.mark.slow
