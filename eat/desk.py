@@ -163,7 +163,7 @@ class Desk:
             "candidate": known or None,
             "workloads": [w.summary() for w in ev.workloads] if ev else [],
             "profile": profile(ctx.target, source),
-        }
+        } | ({"score": ev.score.model_dump()} if ev and ev.score else {})  # a program's grades
 
     def _commit(self, event, new_best: bool) -> None:
         """The candidate and the agent's notes, on the team's branch."""

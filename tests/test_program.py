@@ -375,3 +375,35 @@ def test_a_program_of_several_files_is_one_bundle_its_knobs_anywhere_in_it(toy, 
     start_run(toy, ws, max_evals=14, workers=1)
     st = run_status(ws)
     assert st["best_gain"] > 1.05 and st["held_out"]["status"] == "ok"
+
+
+def test_an_llm_team_improves_a_program_from_prompts_that_speak_of_its_grader(
+    toy, tmp_path, llm_server
+):
+    better = assign_knobs(PROGRAM, {"X": 3, "Y": -1})
+    plan = {"ideas": [{"idea": "X and Y at the grader's optimum", "expected_gain": 1.1}]}
+
+    def answer(req):
+        if "# Plan the next ideas" in json.dumps(req["messages"]):
+            return json.dumps(plan)
+        return f"Set X=3 and Y=-1.\n\n```python\n{better}```\n"
+
+    llm_server.default = answer
+    _, stop = start_run(
+        toy,
+        tmp_path / "ws",
+        model="openai/eat-test-model",
+        api_base=llm_server.base_url,
+        teams=["coordinate"],
+        max_evals=1,
+        repairs=0,
+        llm_backoff_s=0,
+        llm_timeout_s=10,
+        sleep=lambda s: None,
+    )
+    assert stop.code == "max_evals"
+    st = run_status(tmp_path / "ws")
+    assert st["best_gain"] > 1.05 and st["best_score"] > 99
+    prompt = json.dumps(llm_server.requests[-1].messages)
+    assert "metric `score`" in prompt and "## Grader (grader.py)" in prompt
+    assert "speedup" not in prompt.lower() and "[101, 202" not in prompt

@@ -10,17 +10,17 @@ import ast
 import importlib.util
 import itertools
 import math
-import re
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
+from eat.target import assign_knobs, marked_knobs
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PENDULUM = EXAMPLES / "pendulum_policy"
 TOKENIZER = EXAMPLES / "tokenizer_throughput"
-MARKED = re.compile(r"^(\s*([A-Za-z_]\w*)\s*=\s*)(.+?)(\s*# eat:knob\b)(.*)$")
 
 
 def load_grader(example: Path) -> ModuleType:
@@ -33,25 +33,16 @@ def load_grader(example: Path) -> ModuleType:
 
 def knobs(source: str) -> dict[str, list]:
     """The marked lines' knobs, as the offline search reads them: name -> allowed values."""
-    found = {}
-    for line in source.splitlines():
-        if m := MARKED.match(line):
-            found[m.group(2)] = ast.literal_eval(m.group(5).strip())
-    return found
+    return {name: list(knob.values) for name, knob in marked_knobs(source).items()}
 
 
 def candidate(folder: Path, example: Path, file: str, extra: str = "", **values) -> str:
     """Write the baseline into `folder` with the marked lines of `values` rewritten (and
     `extra` appended), as the search writes a configuration; returns the folder."""
-    lines = []
-    for line in (example / file).read_text().splitlines():
-        m = MARKED.match(line)
-        if m and m.group(2) in values:
-            line = f"{m.group(1)}{values.pop(m.group(2))!r}{m.group(4)}{m.group(5)}"
-        lines.append(line)
-    assert not values, f"no marked line for {sorted(values)}"
+    source = (example / file).read_text()
+    assert set(values) <= set(marked_knobs(source)), f"no marked line for {sorted(values)}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / file).write_text("\n".join(lines) + "\n" + extra)
+    (folder / file).write_text(assign_knobs(source, values) + extra)
     return str(folder)
 
 
@@ -79,6 +70,13 @@ def test_knobs_are_marked_with_the_baseline_value_first(example: Path, file: str
     for name, values in found.items():
         assert 2 <= len(values) <= 8 and len(set(values)) == len(values), name
         assert values[0] == namespace[name], name
+    # each mark's own list starts with the line's value (eat would put it first otherwise)
+    written = [
+        ast.literal_eval(line.split("# eat:knob")[1].strip())
+        for line in source.splitlines()
+        if "# eat:knob" in line
+    ]
+    assert [w[0] for w in written] == [namespace[name] for name in found]
 
 
 # pendulum_policy
