@@ -60,11 +60,8 @@ def evaluate_file(target_dir: Path, candidate: Path, split: str | None = None):
     why = runner.unavailable(target)
     if why:
         raise RunnerUnavailable(f"{target.name} needs the {target.runner} runner: {why}")
-    splits = [
-        "train",
-        *([target.grader.held_out] if target.grader and target.grader.held_out else []),
-    ]
-    if split is not None and (not target.program or split not in splits):
+    splits = target.grader.splits if target.grader else []
+    if split is not None and split not in splits:
         has = f"has the splits {', '.join(splits)}" if target.program else "is a kernel: no splits"
         raise BadInput(f"--split {split}: {target.name} {has}")
     setup_s = time.monotonic() - t0  # the target, the measured peaks, the device's probe

@@ -132,8 +132,8 @@ class CandidateEvaluated(_Event):
     speedup: float | None = None
     noise: float | None = Field(
         None,
-        description="Relative spread (IQR/median) of its timing, or of its grades on a program "
-        "target.",
+        description="Relative spread (IQR/median) of its timing; on a program target, the "
+        "relative standard error of its per-seed gains' median.",
     )
     score: float | None = Field(
         None, description="Program targets: its metric, the median over the seeds graded."

@@ -624,7 +624,7 @@ def render(ws: Workspace) -> str:
     config = ws.config()
     f = collect(log.events, config)
     if grader := grader_of(ws):
-        f.label = f"{grader.metric} gain"
+        f.label = grader.label
     legend = "".join(
         f'<button class="key" data-team="{escape(t)}"><span class="sw" '
         f'style="background:{c}"></span>{escape(t)}</button>'

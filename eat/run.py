@@ -41,7 +41,7 @@ from eat.steer import Steering
 from eat.target import EvalConfig, Target, load_target
 from eat.team import load_presets
 from eat.turn import evaluated_event
-from eat.workspace import Workspace, source_name, write_atomic
+from eat.workspace import Workspace, write_atomic
 
 
 def default_workspace(target: Target) -> Path:
@@ -424,8 +424,7 @@ def _held_out(ctx: RunContext) -> None:
     grader, best = ctx.target.grader, ctx.state.best
     if not (grader and grader.held_out and best):
         return
-    folder = ctx.ws.paths.candidate(best.team, best.cid)
-    source = (folder / source_name(ctx.target.language)).read_text()
+    source = ctx.ws.paths.source(best.team, best.cid, ctx.target.language).read_text()
     try:
         ev = ctx.runner.evaluate(ctx.target, source, config=ctx.eval_config, split=grader.held_out)  # type: ignore[call-arg]  # a program runner's own keyword
     except EatError as e:  # the target's grader failed on its own split: said, not fatal

@@ -27,7 +27,7 @@ from eat.errors import BadInput, read_file
 from eat.events import speedup_text
 from eat.state import Candidate, RunState, known_estimate
 from eat.target import Target, load_target
-from eat.workspace import Workspace, source_name, write_atomic
+from eat.workspace import Workspace, write_atomic
 
 VERSION = 1
 TOP = 8  # configurations kept, best first
@@ -98,7 +98,7 @@ def export(workspace: Path, out: Path | None = None) -> Path:
     if state.best is None:
         raise BadInput(f"{workspace}: the run has no verified candidate yet; nothing to export")
     best = state.best
-    source_file = ws.paths.candidate(best.team, best.cid) / source_name(target.language)
+    source_file = ws.paths.source(best.team, best.cid, target.language)
     source = source_file.read_text() if source_file.is_file() else None
     out = Path(out) if out is not None else Path("SKILL.md")
     _refuse_to_clobber(out)

@@ -75,6 +75,7 @@ class Candidate:
     noise: float | None
     gflops: float | None = None
     vendor_gflops: float | None = None
+    score: float | None = None  # a program's metric, as first graded
     measurements: list[float] = field(default_factory=list)
     failed_retime: bool = False
     idea: str = ""
@@ -95,6 +96,7 @@ class Candidate:
             noise=e.noise,
             gflops=e.gflops,
             vendor_gflops=e.vendor_gflops,
+            score=e.score,
             idea=e.idea,
             message=e.message,
             measurements=[e.speedup] if e.speedup is not None else [],

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eat.errors import EatError
+from eat.events import HeldOutGraded
 from eat.state import RunState
 from eat.target import Grader, load_target
 from eat.workspace import Workspace, tampered
@@ -26,7 +27,7 @@ def run_status(workspace: Path) -> dict:
     stopped = last if last and last.type == "run_stopped" else None
     started = events[0] if events and events[0].type == "run_started" else None
     grader = grader_of(ws)
-    held = next((e for e in reversed(events) if e.type == "held_out_graded"), None)
+    held = next((e for e in reversed(events) if isinstance(e, HeldOutGraded)), None)
     return {
         "workspace": str(ws.paths.root),
         "target": state.target,
@@ -46,7 +47,7 @@ def run_status(workspace: Path) -> dict:
         # the headline, whatever the target: a kernel's speedup, a program's gain
         "best_gain": best.estimate if best else None,
         "best_speedup": best.estimate if best and not grader else None,
-        "best_score": _score(events, best.cid) if best and grader else None,
+        "best_score": best.score if best and grader else None,
         "best_candidate": best.cid if best else None,
         "best_gflops": best.gflops if best else None,
         "vendor_gflops": best.vendor_gflops if best else None,
@@ -86,7 +87,7 @@ def run_status(workspace: Path) -> dict:
                 else {"message": held.message}
             )
         }
-        if held and held.type == "held_out_graded"
+        if held
         else {}
     )
 
@@ -97,15 +98,3 @@ def grader_of(ws: Workspace) -> Grader | None:
         return load_target(ws.paths.target_copy).grader
     except (EatError, OSError):  # a status never fails on the snapshot: it reads the log
         return None
-
-
-def _score(events: list, cid: str) -> float | None:
-    """A candidate's last graded score in the log."""
-    return next(
-        (
-            e.score
-            for e in reversed(events)
-            if e.type == "candidate_evaluated" and e.candidate == cid
-        ),
-        None,
-    )

@@ -34,7 +34,6 @@ from eat.seal import TargetChangedError
 from eat.state import Candidate
 from eat.team import pick_team
 from eat.turn import Turn
-from eat.workspace import source_name
 
 if TYPE_CHECKING:  # langgraph's config type (langchain-core comes with langgraph)
     from langchain_core.runnables import RunnableConfig
@@ -90,7 +89,7 @@ def limits(ctx: RunContext) -> Limits:
 def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed | None:
     """Evaluate the elite's source again: its estimate becomes the median of measurements
     (None: the target changed, and the run halts)."""
-    source = ctx.ws.paths.candidate(elite.team, elite.cid) / source_name(ctx.target.language)
+    source = ctx.ws.paths.source(elite.team, elite.cid, ctx.target.language)
     try:
         ev = ctx.runner.evaluate(ctx.target, source.read_text(), config=ctx.eval_config)
     except TargetChangedError as e:

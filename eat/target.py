@@ -40,6 +40,7 @@ LANGUAGES: dict[str, tuple[str, ...]] = {
 NATIVE = ("c", "cuda", "hip")
 KNOB_MARK = "# eat:knob"
 FILE_MARK = "# eat:file"
+TRAIN = "train"  # the split agents' candidates are graded on
 
 
 class Entry(_Strict):
@@ -187,6 +188,16 @@ class Grader(_Strict):
         "process (a metric that moves with the machine's load, like a throughput); otherwise "
         "the baseline's grades are kept for the session.",
     )
+
+    @property
+    def splits(self) -> list[str]:
+        """The splits a candidate can be graded on: the agents' (train), then the held-out."""
+        return [TRAIN, *([self.held_out] if self.held_out else [])]
+
+    @property
+    def label(self) -> str:
+        """What the headline figure is called: the metric's gain."""
+        return f"{self.metric} gain"
 
     @model_validator(mode="after")
     def _one_grader(self) -> Grader:
@@ -404,7 +415,7 @@ class Target(_Strict):
     @property
     def metric_name(self) -> str:
         """What a candidate's headline figure is called: the grader's metric gain, or speedup."""
-        return f"{self.grader.metric} gain" if self.grader else "speedup"
+        return self.grader.label if self.grader else "speedup"
 
     @property
     def native(self) -> bool:

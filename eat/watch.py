@@ -59,7 +59,7 @@ class RunView:
         self.ws = ws
         self.config = ws.config()
         grader = grader_of(ws)
-        self.label = f"{grader.metric} gain " if grader else ""  # a kernel's is its speedup
+        self.label = f"{grader.label} " if grader else ""  # a kernel's is its speedup
         self._reset()
 
     def _reset(self) -> None:

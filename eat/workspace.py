@@ -103,6 +103,10 @@ class Paths:
     def candidate(self, team: str, cid: str) -> Path:
         return self.team(team) / "candidates" / cid
 
+    def source(self, team: str, cid: str, language: str) -> Path:
+        """A candidate's source as it was evaluated."""
+        return self.candidate(team, cid) / source_name(language)
+
     def result(self, team: str, cid: str) -> Path:
         return self.candidate(team, cid) / "result.json"
 

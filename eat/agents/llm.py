@@ -24,7 +24,7 @@ from eat.runners.base import Evaluation, source_hash
 from eat.state import Candidate, RunState, Team
 from eat.steer import prompt_lines
 from eat.target import Target
-from eat.workspace import Paths, source_name
+from eat.workspace import Paths
 
 PROMPTS = Path(eat.teams.__file__).parent / "prompts"
 _ENV = jinja2.Environment(
@@ -143,7 +143,7 @@ class LLMAgent:
         ]
 
     def source_of(self, c: Candidate) -> str:
-        return (self.paths.candidate(c.team, c.cid) / source_name(self.target.language)).read_text()
+        return self.paths.source(c.team, c.cid, self.target.language).read_text()
 
     def plays(self, team: Team, role: str) -> bool:
         """Whether the team has this role now (its roles, changed by a recompose, else its

@@ -11,22 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 
-from eat.runners.harness import Outcome, serve
+from eat.runners.harness import Outcome, rse, serve
 from eat.runners.inputs import load_py
 from eat.runners.job import GradeJob
-
-
-def rse(values: list[float]) -> float:
-    """The median's relative standard error, as the timing harness estimates it."""
-    if len(values) < 2:
-        return math.inf
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    median = statistics.median(values)
-    return 0.93 * (q3 - q1) / max(abs(median), 1e-12) / math.sqrt(len(values))
 
 
 def _setup(job: GradeJob):

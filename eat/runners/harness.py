@@ -223,9 +223,14 @@ REFERENCE_MIN = 10  # timed calls of a baseline or vendor at least (the candidat
 
 
 def rse(samples: list[float]) -> float:
-    """Relative standard error of the median, from the IQR (robust to the odd slow call)."""
+    """Relative standard error of the median, from the IQR (robust to the odd slow call); a
+    program's grades use it too, so a median may be negative. inf where it is not defined."""
+    if len(samples) < 2:
+        return float("inf")
     q1, med, q3 = np.percentile(samples, [25, 50, 75])
-    return 0.93 * (q3 - q1) / (med * len(samples) ** 0.5) if med > 0 else float("inf")
+    if q3 == q1:
+        return 0.0
+    return 0.93 * (q3 - q1) / (abs(med) * len(samples) ** 0.5) if med else float("inf")
 
 
 def _stat(samples: list[float]) -> dict:

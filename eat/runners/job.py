@@ -109,7 +109,8 @@ class GraderCall(TypedDict):
 
 
 class GradeJob(TypedDict):
-    """The grading child's job: grade each folder on seed after seed, candidate first."""
+    """The grading child's job: grade each folder on seed after seed, taking turns to go
+    first."""
 
     nonce: str
     mode: Mode  # "grade"

@@ -1,6 +1,7 @@
 """The program runner: a program target's candidate graded by the target's grader.
 
-A candidate is the file the target names (its baseline's), put alone in a fresh folder. One
+A candidate is the target's file (its baseline's), or its files bundled, written alone into a
+fresh folder. One
 contained child (`python -m eat.runners.grade`) imports the grader, closes the fence and grades
 the folder on seed after seed (0, 1, ...) until the metric's median is steady; the baseline is
 graded on the same seeds, beside it in the same child where the grader says `paired`, else once
@@ -29,11 +30,9 @@ from eat.runners.base import (
     source_hash,
 )
 from eat.runners.cpu import cpu_model
-from eat.runners.grade import rse
+from eat.runners.harness import rse
 from eat.runners.job import GradeJob
-from eat.target import EvalConfig, Grader, Target
-
-TRAIN = "train"
+from eat.target import TRAIN, EvalConfig, Grader, Target
 
 
 def gain(score: float, base: float, goal: str) -> float | None:
@@ -135,8 +134,9 @@ class ProgramRunner:
                 base_grades = self._baseline_grades(target, cfg, tmp, split, len(grades[0]))
             base = grade_of(base_grades, grader.metric)
             per_seed = [
-                gain(c[grader.metric], b[grader.metric], grader.goal)
+                g
                 for c, b in zip(grades[0], base_grades)
+                if (g := gain(c[grader.metric], b[grader.metric], grader.goal)) is not None
             ]
             durations["total_s"] = time.monotonic() - t0
         return Evaluation(
@@ -144,7 +144,8 @@ class ProgramRunner:
             speedup=gain(score.median, base.median, grader.goal),
             score=score,
             baseline_score=base,
-            gain_rse=rse([g for g in per_seed if g is not None]) if None not in per_seed else None,
+            # undefined where a seed's baseline scored 0
+            gain_rse=rse(per_seed) if len(per_seed) == score.n else None,
             message=f"{grader.metric} {score.median:.4g} (baseline {base.median:.4g}) "
             f"over {score.n} seeds of {split}",
             stderr=run.stderr,
