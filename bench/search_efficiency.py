@@ -49,9 +49,14 @@ summary's "vs" line and, with --json, "vs": {"tpe": {"wins", "ties", "losses"}, 
 
 A run's evaluations are its candidate_evaluated plus elite_retimed events; a warning line says
 when a run used more than its budget. Runs that stop early (a team with nothing left to try)
-keep what they found. Runs go in parallel processes (--jobs), each in its own temporary
-workspace, deleted once read; --verbose adds a table per seed and notes on how the runs
-stopped, the evaluations they used, and how often (a) and (b) evaluated the same candidates.
+keep what they found. An arm that never reads its budget but to stop ((b), (c), TPE, random
+search) runs once a seed, at the largest budget, and each smaller budget is read from that
+run's history cut where it had spent it (tests/test_bench.py holds this to separate runs);
+the supervised loop, whose plateau windows scale with the budget, and NGOpt, which picks its
+optimizer by the budget, run once a budget. Runs go in parallel processes (--jobs), each in
+its own temporary workspace, deleted once read; --verbose adds a table per seed and notes on
+how the runs stopped, the evaluations they used, and how often (a) and (b) evaluated the same
+candidates.
 
 Run from the repository root:
     python bench/search_efficiency.py [--landscape all] [--seeds 10] [--budgets 60 150]
@@ -351,7 +356,9 @@ def ngopt(land: Landscape, budget: int, seed: int, measure: Measure) -> None:
 
 def random_search(land: Landscape, budget: int, seed: int, measure: Measure) -> None:
     sizes = list(choices(land).values())
-    for flat in random.Random(seed).sample(range(math.prod(sizes)), min(budget, math.prod(sizes))):
+    order = list(range(math.prod(sizes)))
+    random.Random(seed).shuffle(order)  # a shuffle, so a smaller budget is a prefix of a larger
+    for flat in order[:budget]:
         idx = []
         for n in reversed(sizes):
             flat, i = divmod(flat, n)
@@ -360,6 +367,7 @@ def random_search(land: Landscape, budget: int, seed: int, measure: Measure) -> 
 
 
 SEARCHES = {"tpe": tpe, "ngopt": ngopt, "random": random_search}
+UNBUDGETED = {"tpe", "random"}  # what they ask next never depends on the budget
 
 
 def missing_peers() -> dict[str, str]:
@@ -373,35 +381,50 @@ def missing_peers() -> dict[str, str]:
     return missing
 
 
-def peer_run(land: Landscape, budget: int, seed: int, peer: str) -> dict:
-    """One run of a peer: it evaluates `budget` configurations; its best is the configuration
-    it measured highest (what Optuna's best_trial gives), and it never re-times."""
-    measure = Measure(land, seed)
+def peer_run(land: Landscape, budgets: list[int], seed: int, peer: str) -> dict[int, dict]:
+    """Runs of a peer per budget: each evaluates that many configurations; its best is the
+    configuration it measured highest (what Optuna's best_trial gives), and it never re-times.
+    TPE and random search never read their budget, so one run at the largest serves every
+    budget, cut where it had spent it; NGOpt picks its optimizer by the budget, so it runs anew.
+    Errors come back as {"error": ...}."""
     try:
-        SEARCHES[peer](land, budget, seed, measure)
+        if peer in UNBUDGETED:
+            trail = peer_trail(land, max(budgets), seed, peer)
+            return {b: peer_result(land, trail[:b]) for b in budgets}
+        return {b: peer_result(land, peer_trail(land, b, seed, peer)) for b in budgets}
     except Exception as e:
-        return {"error": f"{type(e).__name__}: {e}"}
-    ok = [(value, idx) for idx, value in measure.trail if value is not None]
+        return {b: {"error": f"{type(e).__name__}: {e}"} for b in budgets}
+
+
+def peer_trail(land: Landscape, budget: int, seed: int, peer: str) -> list:
+    """What a peer measured, in order: (configuration, measured speedup or None)."""
+    measure = Measure(land, seed)
+    SEARCHES[peer](land, budget, seed, measure)
+    return measure.trail
+
+
+def peer_result(land: Landscape, trail: list) -> dict:
+    ok = [(value, idx) for idx, value in trail if value is not None]
     measured, best = max(ok) if ok else (None, None)
     true = land.true(best) or 0.0
     reached = next(
         (
             i
-            for i, (idx, _) in enumerate(measure.trail, 1)
+            for i, (idx, _) in enumerate(trail, 1)
             if (v := land.true(idx)) is not None and v * (1 + land.tol(idx, best)) >= true
         ),
-        len(measure.trail),
+        len(trail),
     )
     return {
         "best": best,
         "true": true,
         "measured": measured,
-        "used": len(measure.trail),
+        "used": len(trail),
         "reached": reached,
         "why": "budget",
         "plateaus": 0,
         "restructures": 0,
-        "trail": [idx for idx, _ in measure.trail],
+        "trail": [idx for idx, _ in trail],
     }
 
 
@@ -413,8 +436,21 @@ def make_target(land: Landscape, folder: Path) -> Path:
     return folder
 
 
-def one_run(land: Landscape, target: Path, budget: int, seed: int, overrides: dict) -> dict:
-    """One run of the loop, read back from its history; errors come back as {"error": ...}."""
+def one_run(
+    land: Landscape, target: Path, budgets: list[int], seed: int, overrides: dict
+) -> dict[int, dict]:
+    """Runs of the loop per budget, read back from their histories; errors come back as
+    {"error": ...}. An arm that does not supervise reads its budget only to stop, so one run at
+    the largest budget serves every budget: each is read from that run's history up to where it
+    had spent the budget (tests/test_bench.py holds this against separate runs)."""
+    if overrides.get("supervise", True):  # plateau windows scale with the budget
+        return {b: read_run(land, *history(land, target, b, seed, overrides)) for b in budgets}
+    events, why = history(land, target, max(budgets), seed, overrides)
+    return {b: read_run(land, *spent(events, why, b)) for b in budgets}
+
+
+def history(land: Landscape, target: Path, budget: int, seed: int, overrides: dict):
+    """One run of the loop: its events and why it stopped (an Exception where it failed)."""
     tmp = Path(tempfile.mkdtemp(prefix="eat-bench-", dir=TMP))
     try:
         _, why = start_run(
@@ -427,9 +463,29 @@ def one_run(land: Landscape, target: Path, budget: int, seed: int, overrides: di
         )
         events, _ = Workspace.open(tmp / "ws").read_events()
     except Exception as e:  # e.g. a preset whose strategy the offline agent lacks
-        return {"error": f"{type(e).__name__}: {e}"}
+        return [], e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return events, why
+
+
+def spent(events: list, why, budget: int):
+    """A history cut where it had spent `budget` evaluations (candidates and re-times), and
+    why it stopped there: its own reason if it stopped sooner, else the budget."""
+    used = 0
+    for i, e in enumerate(events):
+        used += e.type in ("candidate_evaluated", "elite_retimed")
+        if used == budget:
+            later = any(x.type in ("candidate_evaluated", "elite_retimed") for x in events[i + 1 :])
+            return events[: i + 1], ("max_evals" if later else why)
+    return events, why
+
+
+def read_run(land: Landscape, events: list, why) -> dict:
+    """A run's figures from its history: the true speedup of its best, the evaluations it used
+    and those it took to reach its best (within noise), and the configurations in log order."""
+    if isinstance(why, Exception):
+        return {"error": f"{type(why).__name__}: {why}"}
     state = RunState.from_events(events)
     best = land.index(state.best.knobs) if state.best else None
     true = land.true(best) or 0.0
@@ -489,10 +545,23 @@ def arms(presets) -> dict[str, dict]:
     }
 
 
-def submit(pool, land: Landscape, target: Path, budget: int, seed: int, arm: str, overrides):
-    if arm in PEERS:
-        return pool.submit(peer_run, land, budget, seed, arm)
-    return pool.submit(one_run, land, target, budget, seed, overrides)
+def shares_runs(arm: str, overrides: dict) -> bool:
+    """Whether one run of the arm at the largest budget serves every budget."""
+    return arm in UNBUDGETED if arm in PEERS else not overrides.get("supervise", True)
+
+
+def submit(pool, land: Landscape, target: Path, budgets, seed: int, arm: str, overrides):
+    """Futures of the arm's runs on one seed, by budget: one future for every budget where one
+    run serves them all, else one a budget."""
+    groups = [list(budgets)] if shares_runs(arm, overrides) else [[b] for b in budgets]
+    futures = {}
+    for group in groups:
+        if arm in PEERS:
+            f = pool.submit(peer_run, land, group, seed, arm)
+        else:
+            f = pool.submit(one_run, land, target, group, seed, overrides)
+        futures |= dict.fromkeys(group, f)
+    return futures
 
 
 def landscapes(which: str) -> list[Landscape]:
@@ -523,39 +592,41 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="eat-bench-", dir=TMP) as tmp,
         ProcessPoolExecutor(args.jobs) as pool,
     ):
-        groups = []  # every run is submitted now; each group is reported when it is done
+        pending = []  # every run is submitted now; each group is reported when it is done
         for land in landscapes(args.landscape):
             target = make_target(land, Path(tmp) / land.name)
-            for budget in args.budgets:
-                groups.append(
-                    (
-                        land,
-                        budget,
-                        {
-                            arm: [
-                                submit(pool, land, target, budget, seed, arm, overrides)
-                                for seed in range(args.seeds)
-                            ]
-                            for arm, overrides in every.items()
-                        },
-                    )
+            pending.append(
+                (
+                    land,
+                    {
+                        arm: [
+                            submit(pool, land, target, args.budgets, seed, arm, overrides)
+                            for seed in range(args.seeds)
+                        ]
+                        for arm, overrides in every.items()
+                    },
                 )
-        for land, budget, futures in groups:
-            runs = {arm: [f.result() for f in fs] for arm, fs in futures.items()}
-            report.setdefault(land.name, {})[str(budget)] = compare(
-                land, budget, runs, say if args.verbose else (lambda *a: None)
             )
-            r = report[land.name][str(budget)]
-            vs = r["vs"]
-            say(
-                f"{land.name} {budget}: supervised wins {r['wins']}, ties {r['ties']}, losses "
-                f"{r['losses']} of {args.seeds}; median best {r['median_best']:.2f}x (no "
-                f"restructuring {r['median_best_unrestructured']:.2f}x, best static team "
-                f"{r['static_team']} {r['median_best_static']:.2f}x"
-                + "".join(f", {p} {m:.2f}x" for p, m in r["median_best_peers"].items())
-                + ")\n    vs (wins/ties/losses): "
-                + ", ".join(f"{a} {v['wins']}/{v['ties']}/{v['losses']}" for a, v in vs.items())
-            )
+        for land, futures in pending:
+            for budget in args.budgets:
+                runs = {
+                    arm: [fs[budget].result()[budget] for fs in seeds]
+                    for arm, seeds in futures.items()
+                }
+                report.setdefault(land.name, {})[str(budget)] = compare(
+                    land, budget, runs, say if args.verbose else (lambda *a: None)
+                )
+                r = report[land.name][str(budget)]
+                vs = r["vs"]
+                say(
+                    f"{land.name} {budget}: supervised wins {r['wins']}, ties {r['ties']}, "
+                    f"losses {r['losses']} of {args.seeds}; median best {r['median_best']:.2f}x "
+                    f"(no restructuring {r['median_best_unrestructured']:.2f}x, best static team "
+                    f"{r['static_team']} {r['median_best_static']:.2f}x"
+                    + "".join(f", {p} {m:.2f}x" for p, m in r["median_best_peers"].items())
+                    + ")\n    vs (wins/ties/losses): "
+                    + ", ".join(f"{a} {v['wins']}/{v['ties']}/{v['losses']}" for a, v in vs.items())
+                )
     wall = time.time() - started
     if args.json:
         print(json.dumps(report))
