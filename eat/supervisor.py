@@ -71,7 +71,7 @@ def should_stop(ctx: RunContext) -> Stop | None:
 def limits(ctx: RunContext) -> Limits:
     """What bounds the rules' decisions in this run: team counts, and the presets that can run
     on this target (knob searches need knobs)."""
-    offline = ctx.config.model == "offline" and ctx.config.agent is None  # knob search only
+    offline = ctx.config.knob_search
 
     def usable(preset) -> bool:
         if all(r.agent == "offline" for r in preset.roles):  # knob search, kept to offline runs

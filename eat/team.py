@@ -70,8 +70,12 @@ def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
     """The active, non-exhausted team furthest below its budget share, among those without a
     turn in flight (`busy`); under supervision, a local search whose last candidate improved
     its best plays on (a climb is worth most while it climbs), on a turn that does not count
-    against the others' share."""
+    against the others' share; and before either, the explorer plays the run's opening."""
     teams = [t for t in ctx.state.active_teams() if not t.exhausted and t.id not in busy]
+    if ctx.config.supervise and ctx.state.evaluations < ctx.opening:
+        wide = [t for t in teams if t.strategy == "explorer"]
+        if wide:  # climbs from the baseline alone spent 3x the evaluations to reach the top
+            return min(wide, key=lambda t: (t.turns, t.id))
     last = ctx.state.last
     hot = ctx.state.teams.get(last.team) if last else None
     if ctx.config.supervise and hot in teams and is_local(hot) and hot.best is last:

@@ -30,7 +30,9 @@ def landscape(k: dict[str, str]) -> float | None:
 
 
 def run(ws: Path, max_evals: int = 40, seed: int = 3, **overrides) -> list[dict]:
-    """Run the scripted landscape to `max_evals`; its events, volatile fields dropped."""
+    """Run the scripted landscape to `max_evals`; its events, volatile fields dropped. No
+    opening (RunConfig.opening), as the serial loop the reference history came from had none."""
+    overrides.setdefault("opening", 0)
     start_run(
         EXAMPLES / "cpu_matmul",
         ws,

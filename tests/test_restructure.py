@@ -245,6 +245,7 @@ def test_knobless_candidates_converge_only_on_the_same_source():
 def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
     class Ctx:
         config = RunConfig(target="t")
+        opening = 0
 
     h = History("coordinate-1", "explorer-2")
     Ctx.state = h.state
@@ -261,3 +262,34 @@ def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
     h.eval("explorer-2", 1.0)
     h.eval("coordinate-1", 3.0)
     assert pick_team(Ctx).id == "explorer-2"  # without supervision, no one plays on
+
+
+def test_the_explorer_plays_the_opening_then_the_teams_take_turns_by_share():
+    class Ctx:
+        config = RunConfig(target="t")
+        opening = 3
+
+    h = History("coordinate-1", "explorer-2")
+    Ctx.state = h.state
+    picked = []
+    for speedup in (1.5, 1.2, 2.0, 1.1, 1.1, 1.1):
+        picked.append(pick_team(Ctx).id)
+        h.eval(picked[-1], speedup)
+    # three from the explorer first; then the climb catches up on its share
+    assert picked == ["explorer-2"] * 3 + ["coordinate-1"] * 3
+    h = History("coordinate-1", "explorer-2")
+    Ctx.state = h.state
+    Ctx.config = RunConfig(target="t", supervise=False)
+    assert pick_team(Ctx).id == "coordinate-1"  # without supervision, no opening
+    Ctx.config = RunConfig(target="t")
+    assert pick_team(Ctx, busy={"explorer-2"}).id == "coordinate-1"  # it waits for no one
+    h.state.teams["explorer-2"].exhausted = True
+    assert pick_team(Ctx).id == "coordinate-1"
+
+
+def test_the_opening_is_twice_the_knobs_unless_set():
+    assert RunConfig(target="t").opening_for(6) == 12
+    assert RunConfig(target="t", opening=0).opening_for(6) == 0
+    assert RunConfig(target="t", opening=5).opening_for(0) == 5
+    assert RunConfig(target="t", model="openai/gpt-x").opening_for(6) == 0  # agents write code
+    assert RunConfig(target="t", agent="command", agent_command="x").opening_for(6) == 0

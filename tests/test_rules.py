@@ -138,6 +138,7 @@ def test_a_new_team_gets_its_share_from_now_on_instead_of_catching_up():
     class Ctx:
         state = None
         config = RunConfig(target="t")
+        opening = 0
 
     h = History("a-1", "b-2")
     for _ in range(10):
