@@ -443,7 +443,7 @@ def one_run(
     {"error": ...}. An arm that does not supervise reads its budget only to stop, so one run at
     the largest budget serves every budget: each is read from that run's history up to where it
     had spent the budget (tests/test_bench.py holds this against separate runs)."""
-    if overrides.get("supervise", True):  # plateau windows scale with the budget
+    if supervises(overrides):  # plateau windows scale with the budget
         return {b: read_run(land, *history(land, target, b, seed, overrides)) for b in budgets}
     events, why = history(land, target, max(budgets), seed, overrides)
     return {b: read_run(land, *spent(events, why, b)) for b in budgets}
@@ -545,9 +545,14 @@ def arms(presets) -> dict[str, dict]:
     }
 
 
+def supervises(overrides: dict) -> bool:
+    """Whether an arm of eat's runs the supervisor (RunConfig.supervise)."""
+    return overrides.get("supervise", True)
+
+
 def shares_runs(arm: str, overrides: dict) -> bool:
     """Whether one run of the arm at the largest budget serves every budget."""
-    return arm in UNBUDGETED if arm in PEERS else not overrides.get("supervise", True)
+    return arm in UNBUDGETED if arm in PEERS else not supervises(overrides)
 
 
 def submit(pool, land: Landscape, target: Path, budgets, seed: int, arm: str, overrides):

@@ -42,6 +42,7 @@ class RunContext:
     executor: Any = None  # LocalExecutor while turns run on worker threads
     turns: dict[str, Any] = field(default_factory=dict)  # team -> its turn.Turn in flight
     steering: Any = None  # eat.steer.Steering while the run watches for edits
+    opening: int = 0  # candidates the run takes first from its explorer (RunConfig.opening)
 
     @property
     def reserved(self) -> int:
@@ -52,14 +53,6 @@ class RunContext:
     def claims(self) -> dict[str, str]:
         """Sources the turns in flight are evaluating: source hash -> team."""
         return {digest: t.team for t in self.turns.values() for digest in t.claims}
-
-    @property
-    def opening(self) -> int:
-        """Candidates the run takes first from its explorer (RunConfig.opening); none where an
-        earlier run's skill already says where to start."""
-        if self.ws.paths.skill.is_file():
-            return 0
-        return self.config.opening_for(len(self.target.knobs))
 
     def pause(self) -> None:
         """Wait out an LLM outage: 30 s, doubling with each consecutive one, at most 10 min."""

@@ -262,6 +262,8 @@ def _context(
         on_event=on_event or (lambda e, s: None),
         elapsed_base=state.elapsed_s,
         sleep=sleep,
+        # none where an earlier run's skill already says where to start
+        opening=0 if ws.paths.skill.is_file() else config.opening_for(len(target.knobs)),
     )
     seal = Seal(Path(config.target), ws.paths.target_copy, sealed, (ws.paths.root,))
     ctx.runner = Guarded(
