@@ -181,7 +181,10 @@ class RunConfig(BaseModel):
     teams: list[str] | None = Field(
         None,
         min_length=1,
-        description="Team presets spawned at the start; None: a coordinate climb and an explorer.",
+        description="Team presets spawned at the start; None: where the offline agent searches "
+        "knobs, a model team, a coordinate climb and an explorer (the model reaches a good region "
+        "soonest, the climbs refine it; bench/search_efficiency.py), and where agents write code, "
+        "a coordinate climb and an explorer.",
     )
     opening: int | None = Field(
         None,
@@ -190,7 +193,8 @@ class RunConfig(BaseModel):
         "other teams play: a spread of the knob space for the climbs to be judged against (on "
         "cpu_matmul's recorded landscape it reached the best region in a median 10 evaluations "
         "instead of 36; bench/search_efficiency.py). None: twice the target's knobs where the "
-        "offline agent searches them, none where agents write code; 0: none.",
+        "offline agent searches them and no model team starts (its picks cover the space as "
+        "they go), none where agents write code; 0: none.",
     )
     max_teams: int = Field(4, ge=1, description="Most teams active at once.")
     workers: int | None = Field(
@@ -261,7 +265,11 @@ class RunConfig(BaseModel):
     plateau: PlateauConfig = PlateauConfig()
 
     def start_teams(self) -> list[str]:
-        return self.teams or ["coordinate", "explorer"]
+        if self.teams:
+            return self.teams
+        return (
+            ["model", "coordinate", "explorer"] if self.knob_search else ["coordinate", "explorer"]
+        )
 
     @property
     def knob_search(self) -> bool:
@@ -272,7 +280,7 @@ class RunConfig(BaseModel):
         """The opening's length for a target with `knobs` knobs."""
         if self.opening is not None:
             return self.opening
-        return 2 * knobs if self.knob_search else 0
+        return 2 * knobs if self.knob_search and "model" not in self.start_teams() else 0
 
     def windows(self) -> PlateauConfig:
         """The plateau settings this run uses (windows scaled to max_evals)."""

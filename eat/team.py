@@ -69,8 +69,9 @@ def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
 def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
     """The active, non-exhausted team furthest below its budget share, among those without a
     turn in flight (`busy`); under supervision, a local search whose last candidate improved
-    its best plays on (a climb is worth most while it climbs), on a turn that does not count
-    against the others' share; and before either, the explorer plays the run's opening."""
+    its best plays on (a climb is worth most while it climbs), and so does any team whose last
+    candidate became the run's best, on a turn that does not count against the others' share;
+    and before either, the explorer plays the run's opening."""
     teams = [t for t in ctx.state.active_teams() if not t.exhausted and t.id not in busy]
     if ctx.config.supervise and ctx.state.evaluations < ctx.opening:
         wide = [t for t in teams if t.strategy == "explorer"]
@@ -78,6 +79,7 @@ def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
             return min(wide, key=lambda t: (t.turns, t.id))
     last = ctx.state.last
     hot = ctx.state.teams.get(last.team) if last else None
-    if ctx.config.supervise and hot in teams and is_local(hot) and hot.best is last:
-        return hot
+    if ctx.config.supervise and hot in teams and hot.best is last:
+        if is_local(hot) or ctx.state.best is last:
+            return hot
     return min(teams, key=lambda t: (t.turns, t.id), default=None)

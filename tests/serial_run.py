@@ -31,8 +31,10 @@ def landscape(k: dict[str, str]) -> float | None:
 
 def run(ws: Path, max_evals: int = 40, seed: int = 3, **overrides) -> list[dict]:
     """Run the scripted landscape to `max_evals`; its events, volatile fields dropped. No
-    opening (RunConfig.opening), as the serial loop the reference history came from had none."""
+    opening (RunConfig.opening) and the two start teams of the serial loop the reference
+    history came from (RunConfig.start_teams' default has since gained a model team)."""
     overrides.setdefault("opening", 0)
+    overrides.setdefault("teams", ["coordinate", "explorer"])
     start_run(
         EXAMPLES / "cpu_matmul",
         ws,

@@ -264,6 +264,35 @@ def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
     assert pick_team(Ctx).id == "explorer-2"  # without supervision, no one plays on
 
 
+def test_a_global_team_whose_candidate_became_the_run_best_plays_on():
+    class Ctx:
+        config = RunConfig(target="t")
+        opening = 0
+
+    h = History("coordinate-1", "explorer-2", "model-3")
+    Ctx.state = h.state
+    h.eval("coordinate-1", 2.0)
+    h.eval("coordinate-1", 1.0)  # the climb's loss: turns by share again
+    assert pick_team(Ctx).id == "explorer-2"
+    h.eval("explorer-2", 1.5)  # its own best, not the run's: it does not play on
+    assert pick_team(Ctx).id == "model-3"
+    h.eval("model-3", 2.5)  # the run's best: the model plays on
+    assert pick_team(Ctx).id == "model-3"
+    h.eval("model-3", 2.2)  # no longer its best: the lowest turns again
+    assert pick_team(Ctx).id != "model-3"
+
+
+def test_a_knob_search_starts_with_a_model_team_and_no_explorer_opening():
+    offline = RunConfig(target="t")
+    assert offline.start_teams() == ["model", "coordinate", "explorer"]
+    assert offline.opening_for(7) == 0  # the model's picks spread as they go
+    chosen = RunConfig(target="t", teams=["coordinate", "explorer"])
+    assert chosen.opening_for(7) == 14  # without a model, the explorer opens
+    agents = RunConfig(target="t", model="openai/some-model")
+    assert agents.start_teams() == ["coordinate", "explorer"]  # the model team is knobs-only
+    assert agents.opening_for(7) == 0
+
+
 def test_the_explorer_plays_the_opening_then_the_teams_take_turns_by_share():
     class Ctx:
         config = RunConfig(target="t")
@@ -272,7 +301,7 @@ def test_the_explorer_plays_the_opening_then_the_teams_take_turns_by_share():
     h = History("coordinate-1", "explorer-2")
     Ctx.state = h.state
     picked = []
-    for speedup in (1.5, 1.2, 2.0, 1.1, 1.1, 1.1):
+    for speedup in (1.5, 1.2, 1.3, 1.1, 1.1, 1.1):  # the explorer's last is not the run's best
         picked.append(pick_team(Ctx).id)
         h.eval(picked[-1], speedup)
     # three from the explorer first; then the climb catches up on its share
@@ -288,7 +317,7 @@ def test_the_explorer_plays_the_opening_then_the_teams_take_turns_by_share():
 
 
 def test_the_opening_is_twice_the_knobs_unless_set():
-    assert RunConfig(target="t").opening_for(6) == 12
+    assert RunConfig(target="t", teams=["coordinate", "explorer"]).opening_for(6) == 12
     assert RunConfig(target="t", opening=0).opening_for(6) == 0
     assert RunConfig(target="t", opening=5).opening_for(0) == 5
     assert RunConfig(target="t", model="openai/gpt-x").opening_for(6) == 0  # agents write code

@@ -186,7 +186,8 @@ def test_a_run_given_the_skill_reaches_the_earlier_best_sooner(quick_matmul, tmp
 def test_resume_uses_the_workspace_copy_of_the_skill(quick_matmul, tmp_path, skill_file):
     ws = tmp_path / "ws"
     runner = FakeRunner(landscape(quick_matmul))
-    # The explorer plays first and goes elsewhere; the refiner's first turn comes after resume.
+    # The explorer plays first and goes elsewhere; the refiner's first turn comes after resume
+    # (unsupervised, so the explorer's first candidate, the run's best, does not play on).
     start_run(
         quick_matmul,
         ws,
@@ -194,6 +195,7 @@ def test_resume_uses_the_workspace_copy_of_the_skill(quick_matmul, tmp_path, ski
         max_evals=1,
         teams=["explorer", "refiner"],
         skill=skill_file,
+        supervise=False,
     )
     skill_file.unlink()  # the run keeps its own copy
     resume_run(ws, runner=runner, max_evals=2)

@@ -179,7 +179,9 @@ def test_notes_directive_and_eat_steer_are_recorded_mid_run_and_kept(quick_matmu
     ws = tmp_path / "ws"
     runner = _SlowRunner(lambda k: 3.0 if k.get("LOOP_ORDER") == "IKJ" else 1.0)
     t = threading.Thread(
-        target=start_run, args=(quick_matmul, ws), kwargs=dict(runner=runner, max_evals=60, seed=1)
+        target=start_run,
+        args=(quick_matmul, ws),
+        kwargs=dict(runner=runner, max_evals=60, seed=1, teams=["coordinate", "explorer"]),
     )
     t.start()
     try:
