@@ -31,16 +31,18 @@ _CYCLES = {
     "TILE": [0, 16, 32, 64, 128, 256],
     "UNROLL": [1, 2, 4, 8],
     "CFLAGS": [NATIVE, "-O2", NATIVE + " -ffast-math", "-O3", NATIVE + " -funroll-loops"],
+    "VEC": [8, 16, 16],  # 16 where NR is not a multiple of it falls back to 8
 }
 MICRO = [
     {"MR": mr, "NR": nr, **{k: v[n % len(v)] for k, v in _CYCLES.items()}}
     for n, (mr, nr) in enumerate((mr, nr) for mr in (2, 4, 6, 8) for nr in (8, 16, 24, 32))
 ]
-# The corners: the largest block with each packing, k blocks deeper than the odd K and shallow.
+# The corners: the largest block with each packing, k blocks deeper than the odd K and shallow,
+# in 8- and 16-float vectors.
 CORNERS = [
     {"MR": 8, "NR": 32, "PACK": p, "TILE": t, "UNROLL": 8, "CFLAGS": NATIVE}
     for p, t in ((0, 256), (1, 256), (2, 256), (2, 16))
-]
+] + [{"MR": 8, "NR": 32, "PACK": p, "TILE": 16, "VEC": 16, "CFLAGS": NATIVE} for p in (0, 2)]
 CONFIGS = LOOP_NEST + MICRO + CORNERS
 # Besides the target's own (511x257x129 among them): a matrix smaller than one block, and a K
 # deeper than the deepest k block with a remainder.

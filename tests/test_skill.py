@@ -32,6 +32,7 @@ PEAK = {
     "NR": "24",
     "PACK": "2",
     "CFLAGS": "-O3 -march=native -ffast-math",
+    "VEC": "16",
 }
 
 

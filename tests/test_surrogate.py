@@ -80,7 +80,7 @@ def test_failed_configurations_count_as_poor_and_unseen_spaces_start_at_random()
     assert len(picks) == 4 and {"A": 1, "B": 0} not in picks
 
 
-def knobs(loop="IJK", tile=0, unroll=1, cflags="-O2", mr=0, nr=8, pack=0):
+def knobs(loop="IJK", tile=0, unroll=1, cflags="-O2", mr=0, nr=8, pack=0, vec=8):
     return {
         "LOOP_ORDER": loop,
         "TILE": tile,
@@ -89,6 +89,7 @@ def knobs(loop="IJK", tile=0, unroll=1, cflags="-O2", mr=0, nr=8, pack=0):
         "MR": mr,
         "NR": nr,
         "PACK": pack,
+        "VEC": vec,
     }
 
 

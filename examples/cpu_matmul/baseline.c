@@ -10,6 +10,10 @@
  *   NR          columns of C per micro-kernel block, a multiple of 8 (one 8-float vector).
  *               MR×NR/8 accumulators must fit the 16 vector registers of AVX2 along with a
  *               row of B and a broadcast of A: 6×16 or 4×24 fit, 8×16 and larger spill.
+ *   VEC         micro-kernel only: floats per vector, 8 (256-bit, AVX2) or 16 (512-bit,
+ *               AVX-512, whose 32 registers hold 8×32 blocks); an NR that is not a multiple
+ *               of VEC keeps 8. On a CPU without AVX-512 the compiler splits each 16-float
+ *               vector in two, correct but no faster.
  *   PACK        micro-kernel only. 0: A and B are read where they lie (B's rows are N floats
  *               apart, so a block's column panel touches a new cache line per k step);
  *               1: each k block of B is first copied into contiguous NR-wide panels;
@@ -22,8 +26,9 @@
  *               k loop), by `#pragma GCC unroll`.
  *   LOOP_ORDER  loop nest: order of the three loops (IKJ and KIJ stream rows of B and C).
  *
- * The micro-kernel uses GCC's vector extensions (8 floats, a 256-bit register with AVX2);
- * without -march=native the compiler splits each vector into SSE halves, correct but slow.
+ * The micro-kernel uses GCC's vector extensions (VEC floats, a 256-bit register with AVX2, a
+ * 512-bit one with AVX-512); without -march=native the compiler splits each vector into SSE
+ * halves, correct but slow.
  * Blocks at the right and bottom edges (M, N not multiples of MR, NR) go through zero-padded
  * copies, so every combination of values is correct for every shape. */
 #include <stdlib.h>
@@ -53,6 +58,9 @@
 #endif
 #ifndef PACK
 #define PACK 0
+#endif
+#ifndef VEC
+#define VEC 8
 #endif
 
 #define PRAGMA_(x) _Pragma(#x)
@@ -104,10 +112,15 @@ void matmul(const float *A, const float *B, float *C, int M, int N, int K)
 #if NR % 8 != 0
 #error "NR must be a multiple of 8"
 #endif
-#define NV (NR / 8) /* vectors per row of a block */
+#if NR % VEC == 0
+#define VL VEC /* floats per vector */
+#else
+#define VL 8
+#endif
+#define NV (NR / VL) /* vectors per row of a block */
 
-typedef float vec __attribute__((vector_size(32)));
-typedef float vec_u __attribute__((vector_size(32), aligned(4))); /* for unaligned access */
+typedef float vec __attribute__((vector_size(VL * 4)));
+typedef float vec_u __attribute__((vector_size(VL * 4), aligned(4))); /* for unaligned access */
 
 /* C[0:m, 0:n] (+)= the MR×NR block product over kc steps of k: `first` stores, otherwise adds
  * to C (the k blocks after the first). B's rows are `ldb` floats apart, NR of them valid
@@ -138,14 +151,13 @@ static inline void kernel(int kc, const float *a, size_t lda, const float *b, si
         vec bk[NV];
         PRAGMA(GCC unroll 8)
         for (int v = 0; v < NV; v++)
-            bk[v] = *(const vec_u *)(b + (size_t)k * ldb + 8 * v);
+            bk[v] = *(const vec_u *)(b + (size_t)k * ldb + VL * v);
         PRAGMA(GCC unroll 16)
         for (int r = 0; r < MR; r++) {
             const float s = A_AT(r, k);
-            const vec ar = {s, s, s, s, s, s, s, s};
             PRAGMA(GCC unroll 8)
             for (int v = 0; v < NV; v++)
-                acc[r][v] += ar * bk[v];
+                acc[r][v] += s * bk[v]; /* s broadcast to every lane */
         }
     }
 #undef A_AT
@@ -154,7 +166,7 @@ static inline void kernel(int kc, const float *a, size_t lda, const float *b, si
         for (int r = 0; r < MR; r++)
             PRAGMA(GCC unroll 8)
             for (int v = 0; v < NV; v++) {
-                vec_u *c = (vec_u *)(C + r * ldc + 8 * v);
+                vec_u *c = (vec_u *)(C + r * ldc + VL * v);
                 *c = first ? acc[r][v] : *c + acc[r][v];
             }
     } else { /* an edge block: only m rows and n columns of it are C's */
@@ -163,7 +175,7 @@ static inline void kernel(int kc, const float *a, size_t lda, const float *b, si
         for (int r = 0; r < MR; r++)
             PRAGMA(GCC unroll 8)
             for (int v = 0; v < NV; v++)
-                *(vec_u *)&tile[r][8 * v] = acc[r][v];
+                *(vec_u *)&tile[r][VL * v] = acc[r][v];
         for (int r = 0; r < m; r++)
             for (int j = 0; j < n; j++)
                 C[r * ldc + j] = first ? tile[r][j] : C[r * ldc + j] + tile[r][j];
