@@ -46,6 +46,12 @@ in fewer evaluations): a win when (a)'s true best is higher beyond noise, or equ
 and reached in at least 10% fewer evaluations; a loss the reverse; otherwise a tie.
 The same rule scores (a) against each peer, against (b) and against (c) alone, per seed: the
 summary's "vs" line and, with --json, "vs": {"tpe": {"wins", "ties", "losses"}, ...}.
+Whether the goal's bar can be met at all on a landscape is measured too: every contender (the
+supervised loop, the best static team, each peer) is scored against every other by the same
+rule ("pairs" in --json, a table with --pairs), and the summary names the contenders that meet
+the bar against all the others ("bar": at 150 evaluations at least 7 wins and at most 1 loss of
+10, below that more wins than losses). On a landscape whose top is flat within noise, seeds
+are decided by how soon each search happens on the top tier, and no contender may meet it.
 
 A run's evaluations are its candidate_evaluated plus elite_retimed events; a warning line says
 when a run used more than its budget. Runs that stop early (a team with nothing left to try)
@@ -60,7 +66,7 @@ candidates.
 
 Run from the repository root:
     python bench/search_efficiency.py [--landscape all] [--seeds 10] [--budgets 60 150]
-                                      [--jobs N] [--json] [--verbose]
+                                      [--jobs N] [--json] [--verbose] [--pairs]
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ TABLES = ROOT / "bench" / "landscapes"  # recorded landscapes, one JSON file eac
 TMP = os.environ.get("TMPDIR") or ("/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
 MIN_GAIN = 0.02  # what counts as "beyond noise" on the synthetic landscapes (their noise)
 SOONER = 0.9  # equal bests: reached in at most 90% of the other's evaluations is a win
+BAR_BUDGET = 150  # from this budget on, the goal's bar is strict (meets_bar)
 
 SIZES = [16, 32, 64, 128, 256, 512]
 KNOBS = {
@@ -531,6 +538,22 @@ def beats(land: Landscape, x: dict, y: dict) -> bool:
     return x["reached"] <= SOONER * y["reached"]
 
 
+def record(land: Landscape, xs: list[dict], ys: list[dict]) -> dict[str, int]:
+    """Wins, ties and losses of the runs `xs` against `ys`, seed by seed."""
+    wins = sum(beats(land, x, y) for x, y in zip(xs, ys))
+    losses = sum(beats(land, y, x) and not beats(land, x, y) for x, y in zip(xs, ys))
+    return {"wins": wins, "ties": len(xs) - wins - losses, "losses": losses}
+
+
+def meets_bar(r: dict[str, int], budget: int) -> bool:
+    """The bar of the search's goal, scaled to the seeds: at BAR_BUDGET evaluations and beyond,
+    at least 70% wins and at most 10% losses; below it, more wins than losses."""
+    seeds = r["wins"] + r["ties"] + r["losses"]
+    if budget >= BAR_BUDGET:
+        return r["wins"] >= 0.7 * seeds and r["losses"] <= 0.1 * seeds
+    return r["wins"] > r["losses"]
+
+
 def better(land: Landscape, x: dict, y: dict) -> dict:
     tol = land.tol(x["best"], y["best"])
     if x["true"] > y["true"] * (1 + tol) or y["true"] > x["true"] * (1 + tol):
@@ -602,6 +625,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="worker processes")
     ap.add_argument("--json", action="store_true", help="print only one JSON object")
     ap.add_argument("--verbose", action="store_true", help="a table per seed, and notes")
+    ap.add_argument(
+        "--pairs", action="store_true", help="every arm against every other (wins/ties/losses)"
+    )
     args = ap.parse_args()
     say = (lambda *a: None) if args.json else print
     started, presets = time.time(), list(load_presets())
@@ -648,11 +674,28 @@ def main() -> None:
                     + "".join(f", {p} {m:.2f}x" for p, m in r["median_best_peers"].items())
                     + ")\n    vs (wins/ties/losses): "
                     + ", ".join(f"{a} {v['wins']}/{v['ties']}/{v['losses']}" for a, v in vs.items())
+                    + "\n    the bar (meets_bar against every other arm) is met by: "
+                    + (", ".join(r["bar"]) or "no arm")
                 )
+                if args.pairs:
+                    say(matrix(r["pairs"]))
     wall = time.time() - started
     if args.json:
         print(json.dumps(report))
     print(f"wall time {wall:.0f} s with {args.jobs} workers", file=sys.stderr)
+
+
+def matrix(pairs: dict[str, dict[str, dict]]) -> str:
+    """The pairwise records as a table: row against column, wins/ties/losses."""
+    names = list(pairs)
+    lines = ["    row vs column " + "".join(f"{n:>11}" for n in names)]
+    for x in names:
+        cells = (
+            f"{r['wins']}/{r['ties']}/{r['losses']}" if (r := pairs[x].get(y)) else "-"
+            for y in names
+        )
+        lines.append(f"    {x:<13} " + "".join(f"{c:>11}" for c in cells))
+    return "\n".join(lines)
 
 
 def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> dict:
@@ -679,13 +722,11 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
     )
     a, b, c = runs["supervised"], runs["unrestructured"], runs[static]
     others = {"static": c, "unrestructured": b} | {p: runs[p] for p in PEERS if p in runs}
-    vs = {
-        name: {
-            "wins": sum(beats(land, x, y) for x, y in zip(a, rs)),
-            "ties": sum(not beats(land, x, y) and not beats(land, y, x) for x, y in zip(a, rs)),
-            "losses": sum(beats(land, y, x) and not beats(land, x, y) for x, y in zip(a, rs)),
-        }
-        for name, rs in others.items()
+    vs = {name: record(land, a, rs) for name, rs in others.items()}
+    contenders = {"supervised": a, "static": c} | {p: runs[p] for p in PEERS if p in runs}
+    pairs = {
+        x: {y: record(land, xs, ys) for y, ys in contenders.items() if y != x}
+        for x, xs in contenders.items()
     }
     score = {"win": 0, "tie": 0, "loss": 0}
     say(f"\n=== {land.name}, {budget} evaluations per run: {land.describe()}")
@@ -730,6 +771,8 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
             if arm in ("supervised", static, *PEERS)
         },
         "vs": vs,
+        "pairs": pairs,
+        "bar": [x for x, row in pairs.items() if all(meets_bar(v, budget) for v in row.values())],
         "median_best_by_static_team": {
             a.split()[1]: round(v, 3) for a, v in med.items() if a.startswith("static")
         },

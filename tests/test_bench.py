@@ -61,3 +61,57 @@ def test_a_peer_that_never_reads_its_budget_serves_every_smaller_budget(bench, l
         alone = bench.peer_run(land, [budget], 1, peer)[budget]
         assert figures(shared[budget]) == figures(alone)
         assert len(alone["trail"]) == budget
+
+
+def result(true: float, reached: int = 10) -> dict:
+    """A run's figures as read_run gives them, for a best of `true` reached after `reached`."""
+    return {
+        "best": None,
+        "true": true,
+        "measured": true,
+        "used": 60,
+        "reached": reached,
+        "why": "max_evals",
+        "plateaus": 0,
+        "restructures": 0,
+        "trail": [],
+    }
+
+
+def test_every_contender_is_scored_against_every_other_and_the_bar_names_who_meets_it(bench, land):
+    seeds = 10
+    runs = {
+        arm: [result(1.5, reached=20) for _ in range(seeds)]
+        for arm in ("supervised", "unrestructured", "static coordinate", "tpe", "ngopt", "random")
+    }
+    runs["static model"] = [result(2.0) for _ in range(seeds)]  # the best on every seed
+    runs["tpe"][9] = result(1.5, reached=5)  # the same best, reached in a quarter of the time
+    report = bench.compare(land, 150, runs, lambda *a: None)
+    pairs = report["pairs"]
+    assert report["static_team"] == "model"
+    assert set(pairs) == {"supervised", "static", "tpe", "ngopt", "random"}
+    assert pairs["static"]["tpe"] == {"wins": 10, "ties": 0, "losses": 0}
+    assert pairs["tpe"]["supervised"] == {"wins": 1, "ties": 9, "losses": 0}
+    assert pairs["supervised"]["tpe"] == report["vs"]["tpe"]
+    assert report["bar"] == ["static"]
+    # On four seeds the static team only ties the others, TPE's quicker one included: 6 wins
+    # of 10 miss the bar at 150, and are enough below it (more wins than losses).
+    runs["static model"][6:] = [result(1.5, reached=20) for _ in range(4)]
+    report = bench.compare(land, 150, runs, lambda *a: None)
+    assert report["pairs"]["static"]["tpe"] == {"wins": 6, "ties": 3, "losses": 1}
+    assert report["bar"] == []
+    assert bench.compare(land, 60, runs, lambda *a: None)["bar"] == ["static"]
+
+
+@pytest.mark.parametrize(
+    "wins, ties, losses, budget, met",
+    [
+        (7, 2, 1, 150, True),
+        (7, 1, 2, 150, False),
+        (6, 4, 0, 150, False),
+        (3, 5, 2, 60, True),
+        (2, 6, 2, 60, False),
+    ],
+)
+def test_the_bar(bench, wins, ties, losses, budget, met):
+    assert bench.meets_bar({"wins": wins, "ties": ties, "losses": losses}, budget) is met
