@@ -20,9 +20,11 @@ re-times. Peers whose package is missing are skipped with a line saying so
 
 Landscapes (the target is examples/cpu_matmul copied to a temp folder, its [knobs] replaced by
 the landscape's grid; the runner parses the knob values back from the rendered source --
-`#define NAME value` lines, the `// eat:cflags` line; a knob missing from it is at its first
-value -- and answers at once, its speedup times seeded log-normal noise, with per-workload rows
-whose IQRs are 1-2.5 times that noise):
+the `#define NAME value` lines and the `// eat:cflags` line before the baseline's text (whose
+own #defines, VEC among them, are its defaults); a knob missing there is at its first value --
+and answers at once, its speedup times seeded log-normal noise, with per-workload rows whose
+IQRs are 1-2.5 times that noise; a configuration's n-th measurement on a seed draws the same
+noise in every arm, eat's and the peers'):
 
 - "needle" and "broad": five synthetic knobs of 4-6 values (2,880 configurations, the first
   value of each is the baseline's); the speedup is three Gaussian bumps over the knob-index grid (a
@@ -148,12 +150,18 @@ class Landscape:
         )
 
     def parse(self, source: str) -> tuple[int, ...]:
-        """The configuration of a rendered source (the first #define of a name wins)."""
+        """The configuration of a rendered source: the lines render() puts before the baseline
+        (the baseline's own #defines are its defaults, and may share a knob's name)."""
+        head = "\n".join(
+            itertools.takewhile(
+                lambda line: line.startswith(("#define ", "// eat:cflags")), source.splitlines()
+            )
+        )
         found: dict[str, str] = {}
-        for m in re.finditer(r"^#define (\w+) (.+)$", source, re.M):
+        for m in re.finditer(r"^#define (\w+) (.+)$", head, re.M):
             found.setdefault(m.group(1), m.group(2))
         cflags = next((n for n, k in self.knobs.items() if k.get("kind") == "cflags"), None)
-        if cflags and (flags := CFLAGS_LINE.findall(source)):
+        if cflags and (flags := CFLAGS_LINE.findall(head)):
             found[cflags] = flags[0]
         return self.index({n: v for n, v in found.items() if n in self.knobs})
 
@@ -247,22 +255,23 @@ class Replay(Landscape):
 
 class LandscapeRunner:
     """Answers at once from the landscape, with seeded noise that differs on each
-    re-measurement of a source (so re-times see fresh noise, and every arm of a seed the
-    same)."""
+    re-measurement of a configuration (so re-times see fresh noise): a configuration's n-th
+    measurement on a seed draws the same noise in every arm, the peers' (Measure) included."""
 
     name = "cpu"
 
     def __init__(self, land: Landscape, seed: int):
-        self.land, self.seed, self.calls = land, seed, {}
+        self.land, self.seed = land, seed
+        self.calls: dict[tuple[int, ...], int] = {}
 
     def unavailable(self, target=None):
         return None
 
     def evaluate(self, target, source, *, config=None, workdir=None) -> Evaluation:
-        h = source_hash(source)
-        self.calls[h] = self.calls.get(h, 0) + 1
-        rng = random.Random(f"{self.seed}:{h}:{self.calls[h]}")
-        status, true, noise = self.land.measure(self.land.parse(source))
+        h, idx = source_hash(source), self.land.parse(source)
+        self.calls[idx] = self.calls.get(idx, 0) + 1
+        rng = random.Random(f"{self.seed}:{idx}:{self.calls[idx]}")
+        status, true, noise = self.land.measure(idx)
         if status != "ok":
             return Evaluation(
                 status=status,
@@ -310,7 +319,8 @@ FAILED_LOSS = 10.0  # what NGOpt is told for a configuration that fails (a speed
 
 class Measure:
     """The landscape as a peer sees it: a configuration's measured speedup (None: it failed),
-    with LandscapeRunner's noise model, fresh on each re-measurement; keeps the trail."""
+    with LandscapeRunner's noise, the same draws (fresh on each re-measurement); keeps the
+    trail."""
 
     def __init__(self, land: Landscape, seed: int):
         self.land, self.seed = land, seed

@@ -41,7 +41,7 @@ from eat.target import load_target
 from eat.workspace import Workspace, source_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_efficiency import TABLE, TMP, LandscapeRunner, Replay, make_target  # noqa: E402
+from search_efficiency import TABLES, TMP, LandscapeRunner, Replay, make_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EARLIER_SEED = 100
@@ -100,7 +100,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="eat-skill-", dir=TMP) as tmp:
         tmp = Path(tmp)
         if args.fake:
-            land = Replay(TABLE)
+            land = Replay(TABLES / "cpu_matmul.json")
             target = make_target(land, tmp / "target")
             runner = lambda seed: LandscapeRunner(land, seed)  # noqa: E731
         else:

@@ -115,3 +115,32 @@ def test_every_contender_is_scored_against_every_other_and_the_bar_names_who_mee
 )
 def test_the_bar(bench, wins, ties, losses, budget, met):
     assert bench.meets_bar({"wins": wins, "ties": ties, "losses": losses}, budget) is met
+
+
+def test_the_landscape_reads_a_configuration_from_what_render_prepends(bench, land, target):
+    """The baseline defines its own defaults (VEC 8 among them, a name the synthetic grid
+    shares): they are not knob settings, so the baseline reads as every knob's first value."""
+    from eat.agents.offline import render
+    from eat.target import load_target
+
+    t = load_target(target)
+    assert "#define VEC 8" in t.baseline_source()
+    assert land.parse(t.baseline_source()) == (0,) * len(land.knobs)
+    knobs = {"BLOCK_M": 64, "VEC": 16, "CFLAGS": "-O3 -march=native"}
+    assert land.parse(render(t, knobs)) == land.index(knobs)
+
+
+def test_every_arm_draws_the_same_noise_for_a_configuration(bench, land, target):
+    """Common random numbers: the n-th measurement of a configuration on a seed is the same
+    for eat's runner and for a peer, whatever the source's text; a re-measurement differs."""
+    from eat.agents.offline import render
+    from eat.target import load_target
+
+    t = load_target(target)
+    knobs = {"BLOCK_M": 64, "VEC": 16}
+    runner, measure = bench.LandscapeRunner(land, seed=4), bench.Measure(land, seed=4)
+    first, again = (runner.evaluate(t, render(t, knobs)).speedup for _ in range(2))
+    assert first == measure(land.index(knobs)) and again == measure(land.index(knobs))
+    assert first != again
+    other_text = render(t, knobs) + "\n/* the same configuration */\n"
+    assert runner.evaluate(t, other_text).speedup == measure(land.index(knobs))
