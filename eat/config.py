@@ -181,9 +181,10 @@ class RunConfig(BaseModel):
     teams: list[str] | None = Field(
         None,
         min_length=1,
-        description="Team presets spawned at the start; None: where the offline agent searches "
-        "knobs, a model team, a coordinate climb and an explorer (the model reaches a good region "
-        "soonest, the climbs refine it; bench/search_efficiency.py), and where agents write code, "
+        description="Team presets spawned at the start, in the order their first turns go; "
+        "None: where the offline agent searches knobs, an explorer, a model team and a coordinate "
+        "climb (the explorer's first pick, the far corner of the space, is often near the top; "
+        "the model learns from it; bench/search_efficiency.py), and where agents write code, "
         "a coordinate climb and an explorer.",
     )
     opening: int | None = Field(
@@ -268,7 +269,7 @@ class RunConfig(BaseModel):
         if self.teams:
             return self.teams
         return (
-            ["model", "coordinate", "explorer"] if self.knob_search else ["coordinate", "explorer"]
+            ["explorer", "model", "coordinate"] if self.knob_search else ["coordinate", "explorer"]
         )
 
     @property

@@ -67,7 +67,8 @@ def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
 
 
 def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
-    """The active, non-exhausted team furthest below its budget share, among those without a
+    """The active, non-exhausted team furthest below its budget share (of equals, the one
+    spawned first: the start's teams in their configured order), among those without a
     turn in flight (`busy`); under supervision, a local search whose last candidate improved
     its best plays on (a climb is worth most while it climbs), and so does any team whose last
     candidate became the run's best, on a turn that does not count against the others' share;
@@ -82,4 +83,4 @@ def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
     if ctx.config.supervise and hot in teams and hot.best is last:
         if is_local(hot) or ctx.state.best is last:
             return hot
-    return min(teams, key=lambda t: (t.turns, t.id), default=None)
+    return min(teams, key=lambda t: t.turns, default=None)  # RunState.teams: in spawn order

@@ -282,9 +282,27 @@ def test_a_global_team_whose_candidate_became_the_run_best_plays_on():
     assert pick_team(Ctx).id != "model-3"
 
 
-def test_a_knob_search_starts_with_a_model_team_and_no_explorer_opening():
+def test_of_teams_with_equal_turns_the_one_spawned_first_plays():
+    """The start's teams play in their configured order (an explorer first, then the model
+    that learns from its pick), not in the order of their names."""
+
+    class Ctx:
+        config = RunConfig(target="t")
+        opening = 0
+
+    h = History("explorer-1", "model-2", "coordinate-3")
+    Ctx.state = h.state
+    assert pick_team(Ctx).id == "explorer-1"
+    h.eval("explorer-1", 2.0)  # the run's best: it plays on
+    h.eval("explorer-1", 1.0)
+    assert pick_team(Ctx).id == "model-2"  # by name, coordinate-3 would come first
+    h.eval("model-2", 1.0)
+    assert pick_team(Ctx).id == "coordinate-3"
+
+
+def test_a_knob_search_starts_with_an_explorer_a_model_team_and_a_climb_and_no_opening():
     offline = RunConfig(target="t")
-    assert offline.start_teams() == ["model", "coordinate", "explorer"]
+    assert offline.start_teams() == ["explorer", "model", "coordinate"]
     assert offline.opening_for(7) == 0  # the model's picks spread as they go
     chosen = RunConfig(target="t", teams=["coordinate", "explorer"])
     assert chosen.opening_for(7) == 14  # without a model, the explorer opens

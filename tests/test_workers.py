@@ -28,7 +28,9 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # team whose candidate became the run's best started to play on (team.pick_team): the first
     # 6 events were the same, and the 7th is the explorer's second turn in a row. Rewritten
     # when cpu_matmul gained its VEC knob: every candidate's knobs and source carry it, and
-    # from the 6th event on the explorer's farthest picks move with the larger space.
+    # from the 6th event on the explorer's farthest picks move with the larger space. Rewritten
+    # when teams with equal turns began to play in the order they were spawned, not by name: the
+    # first 12 events are the same; the 13th is explorer-2's turn, not the fork coordinate-3's.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]
