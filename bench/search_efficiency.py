@@ -253,26 +253,41 @@ class Replay(Landscape):
         return f"{self.about}: {super().describe()}"
 
 
-class LandscapeRunner:
-    """Answers at once from the landscape, with seeded noise that differs on each
-    re-measurement of a configuration (so re-times see fresh noise): a configuration's n-th
-    measurement on a seed draws the same noise in every arm, the peers' (Measure) included."""
-
-    name = "cpu"
+class Draws:
+    """A seed's noise on a landscape: a configuration's n-th measurement draws the same in every
+    arm (eat's runner and the peers'), and each re-measurement draws anew."""
 
     def __init__(self, land: Landscape, seed: int):
         self.land, self.seed = land, seed
         self.calls: dict[tuple[int, ...], int] = {}
+
+    def next(self, idx: tuple[int, ...]) -> tuple[str, float | None, float, random.Random]:
+        """(status, measured speedup or None, the noise's sigma, the generator for any further
+        draws) of the configuration's next measurement."""
+        self.calls[idx] = self.calls.get(idx, 0) + 1
+        status, true, noise = self.land.measure(idx)
+        rng = random.Random(f"{self.seed}:{idx}:{self.calls[idx]}")
+        sigma = max(noise, 0.01)
+        speedup = true * math.exp(rng.gauss(0, sigma)) if status == "ok" else None
+        return status, speedup, sigma, rng
+
+
+class LandscapeRunner:
+    """Answers at once from the landscape, with its seed's noise (Draws): fresh on each
+    re-measurement, so re-times see fresh noise."""
+
+    name = "cpu"
+
+    def __init__(self, land: Landscape, seed: int):
+        self.land, self.draws = land, Draws(land, seed)
 
     def unavailable(self, target=None):
         return None
 
     def evaluate(self, target, source, *, config=None, workdir=None) -> Evaluation:
         h, idx = source_hash(source), self.land.parse(source)
-        self.calls[idx] = self.calls.get(idx, 0) + 1
-        rng = random.Random(f"{self.seed}:{idx}:{self.calls[idx]}")
-        status, true, noise = self.land.measure(idx)
-        if status != "ok":
+        status, speedup, sigma, rng = self.draws.next(idx)
+        if speedup is None:
             return Evaluation(
                 status=status,
                 message=f"{self.land.name}: {status} (landscape)",
@@ -280,8 +295,6 @@ class LandscapeRunner:
                 runner="fake",
                 source_hash=h,
             )
-        sigma = max(noise, 0.01)
-        speedup = true * math.exp(rng.gauss(0, sigma))
         rows = []
         for p in target.workloads:
             flops = target.metric("flops", p)  # None on a memory-bound target
@@ -319,21 +332,14 @@ FAILED_LOSS = 10.0  # what NGOpt is told for a configuration that fails (a speed
 
 class Measure:
     """The landscape as a peer sees it: a configuration's measured speedup (None: it failed),
-    with LandscapeRunner's noise, the same draws (fresh on each re-measurement); keeps the
-    trail."""
+    with the seed's noise (Draws, as LandscapeRunner); keeps the trail."""
 
     def __init__(self, land: Landscape, seed: int):
-        self.land, self.seed = land, seed
-        self.calls: dict[tuple[int, ...], int] = {}
+        self.draws = Draws(land, seed)
         self.trail: list[tuple[tuple[int, ...], float | None]] = []
 
     def __call__(self, idx: tuple[int, ...]) -> float | None:
-        self.calls[idx] = self.calls.get(idx, 0) + 1
-        status, true, noise = self.land.measure(idx)
-        value = None
-        if status == "ok":
-            rng = random.Random(f"{self.seed}:{idx}:{self.calls[idx]}")
-            value = true * math.exp(rng.gauss(0, max(noise, 0.01)))
+        _, value, _, _ = self.draws.next(idx)
         self.trail.append((idx, value))
         return value
 
