@@ -30,6 +30,19 @@ def test_coverage_picks_the_untried_point_farthest_from_everything_measured():
     assert kept and all(k["A"] < 4 for k in kept) and all(k not in measured for k in kept)
 
 
+def test_in_a_sampled_space_coverage_still_starts_at_the_far_corner():
+    """Past ENUMERATE_UP_TO configurations the pool is a random sample, which seldom holds the
+    corner opposite the baseline; each measured point's antipode is added to it."""
+    space = {k: list(range(10)) for k in "ABCDE"}  # 100,000 configurations
+    assert 10**5 > surrogate.ENUMERATE_UP_TO
+    for seed in range(3):
+        (first,) = surrogate.spread(space, [dict.fromkeys("ABCDE", 0)], random.Random(seed), 1)
+        assert first == dict.fromkeys("ABCDE", 9)
+    near_top = {"A": 9, "B": 9, "C": 7, "D": 2, "E": 0}  # antipode: the other end of each
+    (first,) = surrogate.spread(space, [near_top], random.Random(0), count=1)
+    assert first == {"A": 0, "B": 0, "C": 0, "D": 9, "E": 9}
+
+
 def test_the_model_climbs_to_a_bump_from_a_few_measurements():
     rng = random.Random(1)
     observed = [

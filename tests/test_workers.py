@@ -31,6 +31,8 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # from the 6th event on the explorer's farthest picks move with the larger space. Rewritten
     # when teams with equal turns began to play in the order they were spawned, not by name: the
     # first 12 events are the same; the 13th is explorer-2's turn, not the fork coordinate-3's.
+    # Rewritten when the explorer's sampled pool gained each measured point's antipode: the
+    # first 5 events are the same; the 6th, the explorer's first pick, is the exact far corner.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]

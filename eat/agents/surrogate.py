@@ -123,7 +123,12 @@ def spread(
     def knobs(p: tuple[int, ...]) -> dict[str, Any]:
         return {names[k]: space[names[k]][i] for k, i in enumerate(p)}
 
-    pool = [p for p in _candidates(space, points, [], rng) if allowed(knobs(p))]
+    sizes = [len(v) for v in space.values()]
+    # A sampled pool seldom holds the farthest points themselves: add each measured point's
+    # antipode (every knob at the end of its list farther from it), the farthest from it alone.
+    far = {tuple(0 if 2 * i >= n - 1 else n - 1 for i, n in zip(p, sizes)) for p in points}
+    pool = sorted(set(_candidates(space, points, [], rng)) | (far - points))
+    pool = [p for p in pool if allowed(knobs(p))]
     if not pool:
         return []
     if not points:
