@@ -35,6 +35,12 @@ PRIORS = {
     "spawn explorer": 0.3,
 }
 CURIOSITY = 0.5  # weight of the bandit's exploration term against the arms' scores
+# How a team forked at a candidate searches from there, as its directive says.
+HOW = {
+    "refiner": "changing one or two parameters at a time",
+    "coordinate": "climbing one parameter at a time, in a region no team has climbed",
+    "model": "searching its region, which no team has climbed, with a model of every measurement",
+}
 
 
 @dataclass
@@ -241,15 +247,9 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
     if arm in ("fork coordinate", "fork model"):  # its own region, not back into found ones
         params["avoid"] = [c.cid for c in optima(plan.state)]
     if start is not None:
-        how = {
-            "refiner": "changing one or two parameters at a time",
-            "coordinate": "climbing one parameter at a time, in a region no team has climbed",
-            "model": "searching its region, which no team has climbed, with a model of "
-            "every measurement",
-        }[preset]
         params |= {
             "start_from": start.cid,
-            "directive": f"Restart from {start.cid} ({start.estimate:.2f}x), {how}.",
+            "directive": f"Restart from {start.cid} ({start.estimate:.2f}x), {HOW[preset]}.",
         }
         evidence.append(start.cid)
     plan.add(
@@ -266,26 +266,29 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
 
 
 def rule_climb(d: Diagnosis, plan: Plan) -> None:
-    """Exploration opened a region: send a climb there (kept out of the regions found), making
-    room by retiring the stalest local search."""
+    """Exploration opened a region: send a local search there (kept out of the regions found),
+    a model or a climb as the restart arms' scores say, making room by retiring the stalest
+    local search."""
     start = plan.state.candidates[d.plateau.evidence[0]]
-    if not plan.can_spawn() or start.cid in plan.starts:
+    arms = [a for a in ("fork model", "fork coordinate") if a.split()[1] in plan.limits.presets]
+    if not arms or not plan.can_spawn() or start.cid in plan.starts:
         return
     if not plan.make_room(d.plateau.evidence, 0):
         return
+    arm = max(arms, key=lambda a: (plan.values.get(a, 0.0), PRIORS[a]))
+    preset = arm.split()[1]
     plan.add(
         Operation(
             "fork",
-            d.cause,
+            d.cause + f" (chosen: {arm}, worth {plan.values.get(arm, 0):.2f})",
             d.plateau.evidence,
             scope="run",
             params={
-                "preset": "coordinate",
+                "preset": preset,
                 "start_from": start.cid,
-                "arm": "fork coordinate",
+                "arm": arm,
                 "avoid": [c.cid for c in optima(plan.state)],
-                "directive": f"Climb from {start.cid} ({start.estimate:.2f}x) one parameter at "
-                "a time: a region no team has searched.",
+                "directive": f"Start from {start.cid} ({start.estimate:.2f}x), {HOW[preset]}.",
             },
         )
     )

@@ -39,15 +39,34 @@ def climbed_optimum(h: History) -> None:
     h.eval("explorer-2", 0.8, A=9, B=9, C=9, D=9)
 
 
-def test_a_region_exploration_opened_gets_a_climb_kept_out_of_found_optima():
+def test_a_region_exploration_opened_gets_a_local_search_kept_out_of_found_optima():
     h = History("coordinate-1", "explorer-2")
     climbed_optimum(h)
     bump = h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)  # twice its neighbour: a bump
     ops = act(h)
-    assert summary(ops) == [("fork", None, "coordinate", bump.candidate)]
-    team = h.state.teams["coordinate-3"]
-    assert team.start_from == bump.candidate and team.avoid == ["c0002"]
-    assert act(h) == []  # declared once, and now being climbed
+    # a model of its region: the restart arm the rules trust most before any is scored
+    assert summary(ops) == [("fork", None, "model", bump.candidate)]
+    assert "chosen: fork model" in ops[0].reason
+    team = h.state.teams["model-3"]
+    assert team.start_from == bump.candidate and team.avoid == ["c0002"] and team.local
+    assert act(h) == []  # declared once, and now being searched
+
+
+def test_an_opened_region_gets_a_climb_where_forked_models_did_not_pay_or_cannot_run():
+    def opened() -> History:
+        h = History("coordinate-1", "explorer-2")
+        climbed_optimum(h)
+        h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
+        return h
+
+    h = opened()
+    h.state.restructure_arms.update({101: "fork model", 102: "fork model"})
+    for seq in (101, 102):
+        h.add(RestructureScored(restructure=seq, helped=False, best_before=2.0, best_after=2.0))
+    assert summary(act(h)) == [("fork", None, "coordinate", "c0006")]
+    # agents that write code: the model team (a knob search) is not among the presets
+    no_model = Limits(max_teams=4, presets=frozenset({"coordinate", "explorer", "refiner"}))
+    assert summary(act(opened(), no_model)) == [("fork", None, "coordinate", "c0006")]
 
 
 def test_a_poor_sample_among_poor_neighbours_opens_nothing():
@@ -129,10 +148,10 @@ def test_a_decision_is_scored_only_by_the_team_it_created():
     h = History("coordinate-1", "explorer-2")
     climbed_optimum(h)
     h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
-    act(h)  # fork coordinate-3 at c0006
+    act(h)  # fork model-3 at c0006
     h.eval("explorer-2", 3.0, A=7, B=0, C=7, D=0)  # another team beats the run's best
     for _ in range(3):
-        h.eval("coordinate-3", 1.7)
+        h.eval("model-3", 1.7)
     (verdict,) = score(h.state, 3)
     assert not verdict.helped and verdict.best_after == 3.0
     h.add(verdict)
@@ -145,10 +164,10 @@ def test_retires_are_not_scored_and_a_helpful_fork_is():
     h.eval("coordinate-3", 1.0, A=3, B=3, C=3, D=3)
     h.eval("coordinate-3", 0.9)
     h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
-    act(h, Limits(max_teams=3), kinds={"opened"})  # retire coordinate-3, fork coordinate-4
+    act(h, Limits(max_teams=3), kinds={"opened"})  # retire coordinate-3, fork model-4
     assert [p.op for p in h.state.pending] == ["fork"]
     for s in (2.5, 2.4, 2.3):
-        h.eval("coordinate-4", s)
+        h.eval("model-4", s)
     (verdict,) = score(h.state, 3)
     assert verdict.helped and verdict.by == "c0009"
 
