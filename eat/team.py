@@ -77,7 +77,7 @@ def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
     if ctx.config.supervise and ctx.state.evaluations < ctx.opening:
         wide = [t for t in teams if t.strategy == "explorer"]
         if wide:  # climbs from the baseline alone spent 3x the evaluations to reach the top
-            return min(wide, key=lambda t: (t.turns, t.id))
+            return min(wide, key=lambda t: t.turns)  # of equals, the first spawned
     last = ctx.state.last
     hot = ctx.state.teams.get(last.team) if last else None
     if ctx.config.supervise and hot in teams and hot.best is last:

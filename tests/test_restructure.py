@@ -319,6 +319,18 @@ def test_of_teams_with_equal_turns_the_one_spawned_first_plays():
     assert pick_team(Ctx).id == "coordinate-3"
 
 
+def test_in_the_opening_explorers_of_equal_turns_also_play_in_spawn_order():
+    class Ctx:
+        config = RunConfig(target="t")
+        opening = 4
+
+    h = History("coordinate-1", "explorer-2", "explorer-10")  # by name, explorer-10 is first
+    Ctx.state = h.state
+    assert pick_team(Ctx).id == "explorer-2"
+    h.eval("explorer-2", 0.5)
+    assert pick_team(Ctx).id == "explorer-10"
+
+
 def test_a_knob_search_starts_with_an_explorer_a_model_team_and_a_climb_and_no_opening():
     offline = RunConfig(target="t")
     assert offline.start_teams() == ["explorer", "model", "coordinate"]
