@@ -92,13 +92,19 @@ def _indexer(space: dict[str, list]):
     return point
 
 
-def _candidates(space: dict[str, list], tried: set, top: list[tuple], rng: random.Random):
+def _candidates(
+    space: dict[str, list], tried: set, top: list[tuple], rng: random.Random, far: bool = False
+):
     """Untried index tuples to score: every one in a small space; else a random sample plus
-    the one-knob neighbours of the best points."""
+    the one-knob neighbours of the best points and, if `far`, each tried point's antipode
+    (every knob at the end of its list farther from it: the point farthest from it alone,
+    which a sample seldom holds)."""
     sizes = [len(v) for v in space.values()]
     if math.prod(sizes) <= ENUMERATE_UP_TO:
         return [p for p in itertools.product(*map(range, sizes)) if p not in tried]
     pool = {tuple(rng.randrange(n) for n in sizes) for _ in range(SAMPLES)}
+    if far:
+        pool.update(tuple(0 if 2 * i >= n - 1 else n - 1 for i, n in zip(p, sizes)) for p in tried)
     for p in top:
         for k, n in enumerate(sizes):
             pool.update(p[:k] + (v,) + p[k + 1 :] for v in range(n))
@@ -123,12 +129,7 @@ def spread(
     def knobs(p: tuple[int, ...]) -> dict[str, Any]:
         return {names[k]: space[names[k]][i] for k, i in enumerate(p)}
 
-    sizes = [len(v) for v in space.values()]
-    # A sampled pool seldom holds the farthest points themselves: add each measured point's
-    # antipode (every knob at the end of its list farther from it), the farthest from it alone.
-    far = {tuple(0 if 2 * i >= n - 1 else n - 1 for i, n in zip(p, sizes)) for p in points}
-    pool = sorted(set(_candidates(space, points, [], rng)) | (far - points))
-    pool = [p for p in pool if allowed(knobs(p))]
+    pool = [p for p in _candidates(space, points, [], rng, far=True) if allowed(knobs(p))]
     if not pool:
         return []
     if not points:
