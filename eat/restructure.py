@@ -152,6 +152,10 @@ class Plan:
         elif op.team:
             self.touched.add(op.team)
 
+    def favoured(self, arms: list[str]) -> str:
+        """The restart arm the bandit values most now (of equals, the higher prior)."""
+        return max(arms, key=lambda a: (self.values.get(a, 0.0), PRIORS[a]))
+
     def can_spawn(self) -> bool:
         return self.spawned < self.limits.spawn_cap
 
@@ -237,7 +241,8 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
         elif team.redirects == 0:
             rule_redirect(d, plan)
         return
-    arm, start = max(options, key=lambda o: (plan.values.get(o[0], 0.0), PRIORS[o[0]]))
+    arm = plan.favoured([a for a, _ in options])
+    start = dict(options)[arm]  # restart_options offers each arm once
     if not plan.make_room(p.evidence, 1 if replacing else 0):
         return
     word, preset = arm.split()
@@ -275,7 +280,7 @@ def rule_climb(d: Diagnosis, plan: Plan) -> None:
         return
     if not plan.make_room(d.plateau.evidence, 0):
         return
-    arm = max(arms, key=lambda a: (plan.values.get(a, 0.0), PRIORS[a]))
+    arm = plan.favoured(arms)
     preset = arm.split()[1]
     plan.add(
         Operation(
