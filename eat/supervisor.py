@@ -25,7 +25,7 @@ from eat.agents.base import Worker
 from eat.budget import Stop, why_stop
 from eat.context import RunContext
 from eat.events import AttemptFailed, EliteRetimed, Restructured, SupervisorAdvised
-from eat.executors.local import Cancelled, LocalExecutor, default_workers
+from eat.executors.local import Cancelled, LocalExecutor, ctrl_c_at_waits, default_workers
 from eat.llm import BudgetSpent, LLMError
 from eat.notes import commit_step, write_notes
 from eat.plateau import Plateau, detect_plateaus, elite_to_retime
@@ -316,20 +316,8 @@ def run(ctx: RunContext) -> Stop:
     if ctx.steering is not None:  # an edit wakes the main thread even while turns run
         ctx.steering.wake = lambda: pool.post(lambda: ctx.steering.take(ctx))
     try:
-        graph = Supervisor(ctx, pool).graph().compile(checkpointer=saver)
-        cfg: RunnableConfig = {"configurable": {"thread_id": "supervisor"}}
-        snap = graph.get_state(cfg)
-        n = snap.values.get("step", 0) if snap.values else 0
-        # the last step was cut short: finish it first
-        out = graph.invoke(None, cfg, durability="sync") if snap.next else {}
-        while not out.get("stop"):
-            n += 1
-            out = graph.invoke(new_step(n), cfg, durability="sync")
-            if n % PRUNE_EVERY == 0 and not out.get("stop"):
-                # Between steps the checkpoint holds nothing a resume needs: keep it small.
-                saver.delete_thread(cfg["configurable"]["thread_id"])
-        finish_turns(ctx, pool)
-        return out["stop"]
+        with ctrl_c_at_waits(pool):
+            return steps(ctx, pool, saver)
     finally:
         for team_id in list(pool.busy):  # after Ctrl-C or an error: no agent works on
             stop_agent(ctx, team_id, "the run stopped")
@@ -342,3 +330,23 @@ def run(ctx: RunContext) -> Stop:
         # the process in sqlite3).
         with saver.lock:
             conn.close()
+
+
+def steps(ctx: RunContext, pool: LocalExecutor, saver: SqliteSaver) -> Stop:
+    """Run the graph one step at a time (the step a crash cut short first), then let the
+    turns in flight end; returns why the run stopped."""
+    graph = Supervisor(ctx, pool).graph().compile(checkpointer=saver)
+    cfg: RunnableConfig = {"configurable": {"thread_id": "supervisor"}}
+    snap = graph.get_state(cfg)
+    n = snap.values.get("step", 0) if snap.values else 0
+    out = graph.invoke(None, cfg, durability="sync") if snap.next else {}
+    while not out.get("stop"):
+        if pool.interrupted:
+            raise KeyboardInterrupt
+        n += 1
+        out = graph.invoke(new_step(n), cfg, durability="sync")
+        if n % PRUNE_EVERY == 0 and not out.get("stop"):
+            # Between steps the checkpoint holds nothing a resume needs: keep it small.
+            saver.delete_thread(cfg["configurable"]["thread_id"])
+    finish_turns(ctx, pool)
+    return out["stop"]

@@ -11,7 +11,7 @@ from fake_runner import FakeRunner
 
 from eat.agents.offline import OfflineAgent
 from eat.events import CandidateEvaluated
-from eat.executors.local import Cancelled, LocalExecutor
+from eat.executors.local import Cancelled, LocalExecutor, ctrl_c_at_waits
 from eat.run import resume_run, run_status, start_run
 from eat.state import RunState
 from eat.workspace import Workspace
@@ -149,6 +149,29 @@ def test_the_executor_runs_writes_on_the_main_thread_and_refuses_them_once_close
     gate.set()
     _, result, error = pool.next_done()
     assert result is None and isinstance(error, Cancelled)
+
+
+def test_ctrl_c_is_held_until_the_main_thread_waits_for_turns_and_a_second_one_raises_at_once():
+    # A KeyboardInterrupt that landed inside LangGraph's own code could leave a thread of its
+    # pool unjoined, and `eat start` then never exited after Ctrl-C.
+    import os
+    import signal
+    import time
+
+    pool, gate = LocalExecutor(1), threading.Event()
+    before = signal.getsignal(signal.SIGINT)
+    with ctrl_c_at_waits(pool):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler has run: the code it landed in goes on
+        assert pool.interrupted
+        pool.start("a", lambda: gate.wait(30))
+        with pytest.raises(KeyboardInterrupt):
+            pool.next_done()  # where the main thread waits, it stops
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)  # a second Ctrl-C: at once, wherever it lands
+    gate.set()
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 @pytest.mark.slow

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -36,6 +38,7 @@ class LocalExecutor:
         self._inbox: queue.Queue = queue.Queue()
         self._main = threading.get_ident()
         self._closed = False
+        self.interrupted = False  # Ctrl-C came (see ctrl_c_at_waits)
 
     def free(self) -> int:
         return self.workers - len(self.busy)
@@ -73,7 +76,9 @@ class LocalExecutor:
     def next_done(self) -> tuple[str, Any, BaseException | None]:
         """Serve the turns' calls until one turn ends: (team, what it returned, what it raised)."""
         while True:
-            try:  # a timeout keeps Ctrl-C deliverable to the main thread while it waits
+            if self.interrupted:
+                raise KeyboardInterrupt
+            try:  # a timeout lets a Ctrl-C be seen within half a second
                 kind, a, b, c = self._inbox.get(timeout=0.5)
             except queue.Empty:
                 continue
@@ -106,3 +111,25 @@ class LocalExecutor:
                 return
             if kind == "call" and b is not None:
                 b.set_exception(Cancelled("the run has stopped"))
+
+
+@contextmanager
+def ctrl_c_at_waits(pool: LocalExecutor) -> Iterator[None]:
+    """While the supervisor runs, a Ctrl-C stops it where the main thread waits for turns
+    (within half a second) or between steps, not wherever it lands: a KeyboardInterrupt raised
+    inside LangGraph's own code can leave a thread of its pool unjoined, and the process then
+    never exits. A second Ctrl-C raises at once, wherever the main thread is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+
+    def on_ctrl_c(signum: int, frame: object) -> None:
+        if pool.interrupted:
+            raise KeyboardInterrupt
+        pool.interrupted = True
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
