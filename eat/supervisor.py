@@ -172,7 +172,7 @@ class Supervisor:
         """observe -> (stop?) -> detect -> [diagnose -> restructure] -> dispatch."""
         g = StateGraph(Step)
         for name in ("observe", "detect", "diagnose", "restructure", "dispatch"):
-            g.add_node(name, getattr(self, name))
+            g.add_node(name, self.pool.interruptible(getattr(self, name)))
         g.add_edge(START, "observe")
         g.add_conditional_edges("observe", lambda s: END if s.stop else "detect")
         g.add_conditional_edges("detect", lambda s: "diagnose" if s.plateaus else "dispatch")

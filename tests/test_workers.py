@@ -151,7 +151,7 @@ def test_the_executor_runs_writes_on_the_main_thread_and_refuses_them_once_close
     assert result is None and isinstance(error, Cancelled)
 
 
-def test_ctrl_c_is_held_until_the_main_thread_waits_for_turns_and_a_second_one_raises_at_once():
+def test_ctrl_c_raises_in_the_supervisors_code_and_is_held_outside_it_until_it_waits():
     # A KeyboardInterrupt that landed inside LangGraph's own code could leave a thread of its
     # pool unjoined, and `eat start` then never exited after Ctrl-C.
     import os
@@ -160,13 +160,23 @@ def test_ctrl_c_is_held_until_the_main_thread_waits_for_turns_and_a_second_one_r
 
     pool, gate = LocalExecutor(1), threading.Event()
     before = signal.getsignal(signal.SIGINT)
-    with ctrl_c_at_waits(pool):
+
+    def node():  # the supervisor's own code, e.g. a re-time: stopped at once
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.01)  # the handler has run: the code it landed in goes on
+        time.sleep(30)
+
+    with ctrl_c_at_waits(pool):
+        with pytest.raises(KeyboardInterrupt):
+            pool.interruptible(node)()
+        pool.interrupted = False
+        os.kill(os.getpid(), signal.SIGINT)  # outside the nodes (LangGraph's code): held
+        time.sleep(0.01)
         assert pool.interrupted
         pool.start("a", lambda: gate.wait(30))
         with pytest.raises(KeyboardInterrupt):
-            pool.next_done()  # where the main thread waits, it stops
+            pool.next_done()  # where the main thread next waits, it stops
+        with pytest.raises(KeyboardInterrupt):
+            pool.interruptible(lambda: None)()  # and where it next enters a node
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(30)  # a second Ctrl-C: at once, wherever it lands

@@ -10,6 +10,7 @@ state no turn is changing. Timing keeps its own slot per device (eat.cache.devic
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import signal
@@ -38,7 +39,8 @@ class LocalExecutor:
         self._inbox: queue.Queue = queue.Queue()
         self._main = threading.get_ident()
         self._closed = False
-        self.interrupted = False  # Ctrl-C came (see ctrl_c_at_waits)
+        self.interrupted = False  # a Ctrl-C came (see ctrl_c_at_waits)
+        self.open = False  # the main thread runs the supervisor's own code: a Ctrl-C raises
 
     def free(self) -> int:
         return self.workers - len(self.busy)
@@ -97,6 +99,24 @@ class LocalExecutor:
             except BaseException as e:  # the worker raises it, as a direct call would
                 b.set_exception(e)
 
+    def interruptible(self, node: Callable[..., Any]) -> Callable[..., Any]:
+        """`node` as a graph node where a Ctrl-C raises at once, as it would in plain code (a
+        re-time, an LLM call), while LangGraph's code around it holds the Ctrl-C back."""
+
+        @functools.wraps(node)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self._main:
+                return node(*args, **kwargs)
+            if self.interrupted:
+                raise KeyboardInterrupt
+            self.open = True
+            try:
+                return node(*args, **kwargs)
+            finally:
+                self.open = False
+
+        return run
+
     def drain(self) -> list[tuple[str, Any, BaseException | None]]:
         """Let every turn in flight finish (serving its writes): what each ended with."""
         return [self.next_done() for _ in range(len(self.busy))]
@@ -115,18 +135,20 @@ class LocalExecutor:
 
 @contextmanager
 def ctrl_c_at_waits(pool: LocalExecutor) -> Iterator[None]:
-    """While the supervisor runs, a Ctrl-C stops it where the main thread waits for turns
-    (within half a second) or between steps, not wherever it lands: a KeyboardInterrupt raised
-    inside LangGraph's own code can leave a thread of its pool unjoined, and the process then
-    never exits. A second Ctrl-C raises at once, wherever the main thread is."""
+    """While the supervisor runs, a Ctrl-C stops it at once inside its own code (the nodes
+    `pool.interruptible` wraps, where the main thread spends its time) and otherwise where
+    the main thread next waits for turns or enters a node: never inside LangGraph's code, where
+    an interrupt can leave a thread of its pool unjoined, and the process then never exits.
+    A second Ctrl-C raises at once, wherever the main thread is."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread receives signals
         return
 
     def on_ctrl_c(signum: int, frame: object) -> None:
-        if pool.interrupted:
-            raise KeyboardInterrupt
+        now = pool.interrupted or pool.open
         pool.interrupted = True
+        if now:
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_ctrl_c)
     try:
