@@ -182,6 +182,12 @@ def test_ctrl_c_raises_in_the_supervisors_code_and_is_held_outside_it_until_it_w
             time.sleep(30)  # a second Ctrl-C: at once, wherever it lands
     gate.set()
     assert signal.getsignal(signal.SIGINT) is before
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # how a shell starts a background job
+    try:
+        with ctrl_c_at_waits(pool):
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # still ignored
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.mark.slow

@@ -140,8 +140,11 @@ def ctrl_c_at_waits(pool: LocalExecutor) -> Iterator[None]:
     the main thread next waits for turns or enters a node: never inside LangGraph's code, where
     an interrupt can leave a thread of its pool unjoined, and the process then never exits.
     A second Ctrl-C raises at once, wherever the main thread is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread receives signals
+    if (
+        threading.current_thread() is not threading.main_thread()  # it alone gets signals
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield  # Ctrl-C ignored (a background job) or handled by whoever runs eat: theirs
         return
 
     def on_ctrl_c(signum: int, frame: object) -> None:
