@@ -341,8 +341,6 @@ def steps(ctx: RunContext, pool: LocalExecutor, saver: SqliteSaver) -> Stop:
     n = snap.values.get("step", 0) if snap.values else 0
     out = graph.invoke(None, cfg, durability="sync") if snap.next else {}
     while not out.get("stop"):
-        if pool.interrupted:
-            raise KeyboardInterrupt
         n += 1
         out = graph.invoke(new_step(n), cfg, durability="sync")
         if n % PRUNE_EVERY == 0 and not out.get("stop"):

@@ -40,7 +40,6 @@ class LocalExecutor:
         self._main = threading.get_ident()
         self._closed = False
         self.interrupted = False  # a Ctrl-C came (see ctrl_c_at_waits)
-        self.open = False  # the main thread runs the supervisor's own code: a Ctrl-C raises
 
     def free(self) -> int:
         return self.workers - len(self.busy)
@@ -100,20 +99,14 @@ class LocalExecutor:
                 b.set_exception(e)
 
     def interruptible(self, node: Callable[..., Any]) -> Callable[..., Any]:
-        """`node` as a graph node where a Ctrl-C raises at once, as it would in plain code (a
-        re-time, an LLM call), while LangGraph's code around it holds the Ctrl-C back."""
+        """`node` as a graph node that a Ctrl-C which came before it stops before it begins
+        (a step's next node, e.g. a re-time, is not started after one)."""
 
         @functools.wraps(node)
         def run(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() != self._main:
-                return node(*args, **kwargs)
             if self.interrupted:
                 raise KeyboardInterrupt
-            self.open = True
-            try:
-                return node(*args, **kwargs)
-            finally:
-                self.open = False
+            return node(*args, **kwargs)
 
         return run
 
@@ -135,11 +128,12 @@ class LocalExecutor:
 
 @contextmanager
 def ctrl_c_at_waits(pool: LocalExecutor) -> Iterator[None]:
-    """While the supervisor runs, a Ctrl-C stops it at once inside its own code (the nodes
-    `pool.interruptible` wraps, where the main thread spends its time) and otherwise where
-    the main thread next waits for turns or enters a node: never inside LangGraph's code, where
-    an interrupt can leave a thread of its pool unjoined, and the process then never exits.
-    A second Ctrl-C raises at once, wherever the main thread is."""
+    """While the supervisor runs, a Ctrl-C stops it where the main thread next waits for turns
+    (within half a second) or begins a graph node, not wherever it lands: an interrupt raised
+    inside a library's code can leave it broken (a thread LangGraph's pool started but never
+    registered, which the process then waits for at exit; a wake-up `queue.Queue.put` never
+    sent, which left the git thread and `flush` waiting on each other). A second Ctrl-C raises
+    at once, wherever the main thread is."""
     if (
         threading.current_thread() is not threading.main_thread()  # it alone gets signals
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
@@ -148,10 +142,9 @@ def ctrl_c_at_waits(pool: LocalExecutor) -> Iterator[None]:
         return
 
     def on_ctrl_c(signum: int, frame: object) -> None:
-        now = pool.interrupted or pool.open
-        pool.interrupted = True
-        if now:
+        if pool.interrupted:
             raise KeyboardInterrupt
+        pool.interrupted = True
 
     previous = signal.signal(signal.SIGINT, on_ctrl_c)
     try:
