@@ -216,6 +216,36 @@ def arm_values(state: RunState) -> dict[str, float]:
     return out
 
 
+def start_op(
+    plan: Plan,
+    arm: str,
+    cause: str,
+    evidence: list[str],
+    scope: Scope,
+    start: Candidate | None,
+    verb: str,
+) -> Operation:
+    """The operation that starts a team of the restart arm `arm` (from `start`, where it has
+    one), saying why and what the arm is worth; a forked climb or model is kept out of the
+    regions found."""
+    word, preset = arm.split()
+    params: dict[str, Any] = {"preset": preset, "arm": arm}
+    if arm in ("fork coordinate", "fork model"):  # its own region, not back into found ones
+        params["avoid"] = [c.cid for c in optima(plan.state)]
+    if start is not None:
+        params |= {
+            "start_from": start.cid,
+            "directive": f"{verb} from {start.cid} ({start.estimate:.2f}x), {HOW[preset]}.",
+        }
+    return Operation(
+        "fork" if word == "fork" else "spawn",  # every arm is one or the other
+        cause + f" (chosen: {arm}, worth {plan.values.get(arm, 0):.2f})",
+        evidence,
+        scope=scope,
+        params=params,
+    )
+
+
 def rule_restart(d: Diagnosis, plan: Plan) -> None:
     """A search stopped paying where it stands: start the next one where the scores point
     (a climb from an unclimbed region, a model, combined steps at the elite, an explorer),
@@ -245,27 +275,8 @@ def rule_restart(d: Diagnosis, plan: Plan) -> None:
     start = dict(options)[arm]  # restart_options offers each arm once
     if not plan.make_room(p.evidence, 1 if replacing else 0):
         return
-    word, preset = arm.split()
-    op: Op = "fork" if word == "fork" else "spawn"  # every arm is one or the other
-    params: dict[str, Any] = {"preset": preset, "arm": arm}
-    evidence = list(p.evidence)
-    if arm in ("fork coordinate", "fork model"):  # its own region, not back into found ones
-        params["avoid"] = [c.cid for c in optima(plan.state)]
-    if start is not None:
-        params |= {
-            "start_from": start.cid,
-            "directive": f"Restart from {start.cid} ({start.estimate:.2f}x), {HOW[preset]}.",
-        }
-        evidence.append(start.cid)
-    plan.add(
-        Operation(
-            op,
-            d.cause + f" (chosen: {arm}, worth {plan.values.get(arm, 0):.2f})",
-            evidence,
-            scope=p.scope,
-            params=params,
-        )
-    )
+    evidence = list(p.evidence) + ([start.cid] if start is not None else [])
+    plan.add(start_op(plan, arm, d.cause, evidence, p.scope, start, "Restart"))
     if replacing and team is not None:
         plan.add(Operation("retire", "replaced: " + d.cause, p.evidence, team=team.id))
 
@@ -281,22 +292,7 @@ def rule_climb(d: Diagnosis, plan: Plan) -> None:
     if not plan.make_room(d.plateau.evidence, 0):
         return
     arm = plan.favoured(arms)
-    preset = arm.split()[1]
-    plan.add(
-        Operation(
-            "fork",
-            d.cause + f" (chosen: {arm}, worth {plan.values.get(arm, 0):.2f})",
-            d.plateau.evidence,
-            scope="run",
-            params={
-                "preset": preset,
-                "start_from": start.cid,
-                "arm": arm,
-                "avoid": [c.cid for c in optima(plan.state)],
-                "directive": f"Start from {start.cid} ({start.estimate:.2f}x), {HOW[preset]}.",
-            },
-        )
-    )
+    plan.add(start_op(plan, arm, d.cause, d.plateau.evidence, "run", start, "Start"))
 
 
 def rule_polish(d: Diagnosis, plan: Plan) -> None:
