@@ -33,8 +33,9 @@ from eat.turn import Turn  # noqa: E402
 PACKAGE = str(Path(eat.__file__).resolve().parent)
 
 
-def traced(turn_number: int) -> Counter:
-    """Calls per eat module during the `turn_number`-th turn of a short run."""
+def traced(turn_number: int, real: bool = False) -> Counter:
+    """Calls per eat module during the `turn_number`-th turn of a short run (the target's own
+    runner when `real`, else the fake one)."""
     calls: Counter = Counter()
     window = {"on": False, "turns": 0}
     begin, release = Turn.begin.__func__, Turn.release
@@ -63,7 +64,7 @@ def traced(turn_number: int) -> Counter:
             start_run(
                 ROOT / "examples" / "cpu_matmul",
                 Path(tmp) / "ws",
-                runner=FakeRunner(),
+                runner=None if real else FakeRunner(),
                 max_evals=turn_number + 1,
                 workers=1,
             )
@@ -77,9 +78,10 @@ def traced(turn_number: int) -> Counter:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turn", type=int, default=3, help="which turn of the run to trace")
+    ap.add_argument("--real", action="store_true", help="time candidates with the target's runner")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    calls = traced(args.turn)
+    calls = traced(args.turn, args.real)
     lines = {m: sum(1 for _ in open(Path(PACKAGE).parent / m)) for m in calls}
     if args.json:
         print(

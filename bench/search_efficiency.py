@@ -48,6 +48,9 @@ in fewer evaluations): a win when (a)'s true best is higher beyond noise, or equ
 and reached in at least 10% fewer evaluations; a loss the reverse; otherwise a tie.
 The same rule scores (a) against each peer, against (b) and against (c) alone, per seed: the
 summary's "vs" line and, with --json, "vs": {"tpe": {"wins", "ties", "losses"}, ...}.
+How honest each run's claim is, is reported too: its own estimate of its best over that best's
+true speedup, the median over seeds ("median_overclaim" in --json); keeping the highest timing
+picks whichever noisy configuration drew the luckiest one.
 Whether the goal's bar can be met at all on a landscape is measured too: every contender (the
 supervised loop, the best static team, each peer) is scored against every other by the same
 rule ("pairs" in --json, a table with --pairs), and the summary names the contenders that meet
@@ -570,6 +573,12 @@ def meets_bar(r: dict[str, int], budget: int) -> bool:
     return r["wins"] > r["losses"]
 
 
+def overclaim(r: dict) -> float:
+    """How far a run's own estimate of its best is above that best's true speedup (1.0: exact):
+    what a user who times the reported kernel again would find missing."""
+    return (r["measured"] or 0.0) / r["true"] if r["true"] else 1.0
+
+
 def better(land: Landscape, x: dict, y: dict) -> dict:
     tol = land.tol(x["best"], y["best"])
     if x["true"] > y["true"] * (1 + tol) or y["true"] > x["true"] * (1 + tol):
@@ -690,6 +699,8 @@ def main() -> None:
                     + "".join(f", {p} {m:.2f}x" for p, m in r["median_best_peers"].items())
                     + ")\n    vs (wins/ties/losses): "
                     + ", ".join(f"{a} {v['wins']}/{v['ties']}/{v['losses']}" for a, v in vs.items())
+                    + "\n    the reported best over its true speedup (median): "
+                    + ", ".join(f"{a} {v:.2f}" for a, v in r["median_overclaim"].items())
                     + "\n    the bar (meets_bar against every other arm) is met by: "
                     + (", ".join(r["bar"]) or "no arm")
                 )
@@ -783,6 +794,11 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
         "median_best_peers": {p: round(med[p], 3) for p in PEERS if p in med},
         "median_reached": {
             arm: statistics.median(r["reached"] for r in rs)
+            for arm, rs in runs.items()
+            if arm in ("supervised", static, *PEERS)
+        },
+        "median_overclaim": {
+            arm: round(statistics.median(overclaim(r) for r in rs), 3)
             for arm, rs in runs.items()
             if arm in ("supervised", static, *PEERS)
         },

@@ -72,6 +72,14 @@ class PlateauConfig(BaseModel):
     min_gain: float = Field(
         0.02, ge=0, description="Smallest relative gain that counts, whatever the measured noise."
     )
+    doubt: float = Field(
+        1.0,
+        ge=0,
+        description="How far a candidate's measured spread lowers its rank: the run's best is "
+        "the candidate with the highest median speedup less `doubt` times its spread (shrinking "
+        "as re-times add measurements), so one lucky timing of a noisy kernel does not lead a "
+        "steady one; 0: the median alone.",
+    )
     score_after: int | None = Field(
         None,
         ge=1,

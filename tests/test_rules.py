@@ -97,6 +97,23 @@ def test_a_retime_that_confirms_the_elite_changes_no_counter():
     assert h.state.since_improvement == 6  # still no gain since c0001
 
 
+def test_a_noisy_kernels_lucky_timing_does_not_lead_a_steady_one_until_retimes_bear_it_out():
+    h = History("a-1")
+    h.eval("a-1", 2.0, noise=0.02)  # steady: 2.0 less 2% is about 1.96
+    h.eval("a-1", 2.5, noise=0.40)  # one timing of a kernel whose runs spread 40%: about 1.68
+    assert h.state.best.cid == "c0001"
+    assert h.state.leaders == ["c0001", "c0002"]
+    h.add(EliteRetimed(candidate="c0002", speedup=2.6))  # two timings: 2.55 less 40%/sqrt(2)
+    assert h.state.best.cid == "c0001"
+    h.add(EliteRetimed(candidate="c0002", speedup=3.2))  # three: 2.6 less 40%/sqrt(3), about 2.06
+    assert h.state.best.cid == "c0002"
+
+    credulous = History("a-1", cfg=CFG.model_copy(update={"doubt": 0.0}))
+    credulous.eval("a-1", 2.0, noise=0.02)
+    credulous.eval("a-1", 2.5, noise=0.40)
+    assert credulous.state.best.cid == "c0002"  # the median alone
+
+
 def test_an_elite_that_fails_its_retime_loses_its_place():
     h = History("a-1")
     h.eval("a-1", 2.0)
