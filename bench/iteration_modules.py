@@ -5,10 +5,11 @@ moment the supervisor begins it (`Turn.begin`) until it is released. The real lo
 (start_run on examples/cpu_matmul, offline agents, one worker) with bench/overhead.py's fake
 runner, which answers at once: the runner's own modules (and its child processes) are left out,
 so add the runner a target uses (runners/cpu.py or python.py, with native.py, sets.py, and the
-harness child) to the count. Every Python function called in that window, on any thread, is
-traced; the modules are eat's files those functions live in.
+harness child) to the count, or trace it with `--real` (the CPU runner; its children are not
+traced). Every Python function called in that window, on any thread, is traced; the modules
+are eat's files those functions live in.
 
-    python bench/iteration_modules.py [--turn 3] [--json]
+    python bench/iteration_modules.py [--turn 3] [--real] [--json]
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def main() -> None:
         print(f"{module:<32} {n:>7} calls  {lines[module]:>5} lines")
     print(
         f"{len(calls)} modules, {sum(lines.values())} lines, in turn {args.turn} "
-        "(the fake runner's: add the target's runner)"
+        + ("(the target's runner)" if args.real else "(the fake runner's: add the target's runner)")
     )
 
 
