@@ -751,6 +751,7 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
     others = {"static": c, "unrestructured": b} | {p: runs[p] for p in PEERS if p in runs}
     vs = {name: record(land, a, rs) for name, rs in others.items()}
     contenders = {"supervised": a, "static": c} | {p: runs[p] for p in PEERS if p in runs}
+    shown = {arm: rs for arm, rs in runs.items() if arm in ("supervised", static, *PEERS)}
     pairs = {
         x: {y: record(land, xs, ys) for y, ys in contenders.items() if y != x}
         for x, xs in contenders.items()
@@ -793,14 +794,10 @@ def compare(land: Landscape, budget: int, runs: dict[str, list[dict]], say) -> d
         "median_best_unrestructured": round(med["unrestructured"], 3),
         "median_best_peers": {p: round(med[p], 3) for p in PEERS if p in med},
         "median_reached": {
-            arm: statistics.median(r["reached"] for r in rs)
-            for arm, rs in runs.items()
-            if arm in ("supervised", static, *PEERS)
+            arm: statistics.median(r["reached"] for r in rs) for arm, rs in shown.items()
         },
         "median_overclaim": {
-            arm: round(statistics.median(overclaim(r) for r in rs), 3)
-            for arm, rs in runs.items()
-            if arm in ("supervised", static, *PEERS)
+            arm: round(statistics.median(overclaim(r) for r in rs), 3) for arm, rs in shown.items()
         },
         "vs": vs,
         "pairs": pairs,
