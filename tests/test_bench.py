@@ -103,6 +103,19 @@ def test_every_contender_is_scored_against_every_other_and_the_bar_names_who_mee
     assert bench.compare(land, 60, runs, lambda *a: None)["bar"] == ["static"]
 
 
+def test_the_oracles_wins_show_where_the_bar_is_out_of_anyones_reach(bench, land):
+    top = land.true(land.top())
+    assert top == pytest.approx(2.98, abs=0.01)  # broad's highest bump, not its broad one
+    runs = {
+        arm: [result(1.5, reached=20) for _ in range(10)]
+        for arm in ("supervised", "unrestructured", "static model", "tpe", "ngopt", "random")
+    }
+    runs["random"][:4] = [result(top, reached=1) for _ in range(4)]  # the top at its first pick
+    runs["random"][4] = result(top, reached=2)  # at its second: an oracle still wins
+    ceiling = bench.compare(land, 150, runs, lambda *a: None)["ceiling"]
+    assert ceiling == {"static": 10, "unrestructured": 10, "tpe": 10, "ngopt": 10, "random": 6}
+
+
 @pytest.mark.parametrize(
     "wins, ties, losses, budget, met",
     [
