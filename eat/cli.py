@@ -443,7 +443,7 @@ def status(
         )
         out.print(f"held-out ({held['split']}) of {held['candidate']}: {figures}", markup=False)
     table = Table(box=None)
-    for col in ("team", "strategy", "state", "evals", "best"):
+    for col in ("team", "strategy", "state", "evals", "near top", "best"):
         table.add_column(col)
     for t in st["teams"]:
         table.add_row(
@@ -451,6 +451,7 @@ def status(
             t["strategy"],
             t["state"],
             str(t["evaluations"]),
+            str(t["near_top"]),
             f"{t['best_gain']:.2f}x" if t["best_gain"] else "-",
         )
     out.print(table)

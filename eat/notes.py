@@ -36,6 +36,8 @@ def write_notes(team: Team, ctx: RunContext) -> None:
         f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
         f"- directive: {team.directive}",
         f"- evaluations: {team.evals}, since last improvement: {team.since_improvement}",
+        f"- near the run's best: {team.hits} of them (pace {team.pace:.2f}; a supervised run "
+        "gives teams turns by share and pace)",
         f"- best: {best.cid} at {best.estimate:.2f}x"
         if best and best.estimate
         else "- best: none yet",

@@ -61,6 +61,8 @@ def run_status(workspace: Path) -> dict:
                 "best_gain": t.best_estimate,
                 "best_speedup": t.best_estimate if not grader else None,
                 "share": t.share,
+                "near_top": t.hits,
+                "pace": round(t.pace, 3),
                 "tokens": t.usage.prompt + t.usage.completion,
                 "cost_usd": round(t.usage.cost_usd, 6),
             }

@@ -69,10 +69,12 @@ def load_presets(folder: Path = TEAMS_DIR) -> dict[str, TeamSpec]:
 def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
     """The active, non-exhausted team furthest below its budget share (of equals, the one
     spawned first: the start's teams in their configured order), among those without a
-    turn in flight (`busy`); under supervision, a local search whose last candidate improved
-    its best plays on (a climb is worth most while it climbs), and so does any team whose last
-    candidate became the run's best, on a turn that does not count against the others' share;
-    and before either, the explorer plays the run's opening."""
+    turn in flight (`busy`); under supervision, the share is scaled by the team's pace (how
+    often its candidates land near the run's best), a local search whose last candidate
+    improved its best near the run's best plays on (a climb is worth most while it climbs),
+    on a turn that does not count against the others' share, and so does any team whose last
+    candidate became the run's best; and before all of it, the explorer plays the run's
+    opening."""
     teams = [t for t in ctx.state.active_teams() if not t.exhausted and t.id not in busy]
     if ctx.config.supervise and ctx.state.evaluations < ctx.opening:
         wide = [t for t in teams if t.strategy == "explorer"]
@@ -81,6 +83,8 @@ def pick_team(ctx: RunContext, busy: Collection[str] = ()) -> Team | None:
     last = ctx.state.last
     hot = ctx.state.teams.get(last.team) if last else None
     if ctx.config.supervise and hot in teams and hot.best is last:
-        if is_local(hot) or ctx.state.best is last:
+        if (is_local(hot) and hot.climbing) or ctx.state.best is last:
             return hot
-    return min(teams, key=lambda t: t.turns, default=None)  # RunState.teams: in spawn order
+    if ctx.config.supervise:
+        return min(teams, key=lambda t: t.due, default=None)  # RunState.teams: in spawn order
+    return min(teams, key=lambda t: t.turns, default=None)

@@ -1,5 +1,7 @@
 """The supervisor's decisions (eat.restructure), each on a synthetic history."""
 
+from collections import Counter
+
 from history import CFG, History
 
 from eat.config import RunConfig
@@ -283,6 +285,48 @@ def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
     assert pick_team(Ctx).id == "explorer-2"  # without supervision, no one plays on
 
 
+def test_a_team_whose_candidates_land_near_the_top_plays_more_often_than_one_whose_do_not():
+    class Ctx:
+        config = RunConfig(target="t")
+        opening = 0
+
+    def turns(config: RunConfig) -> Counter:
+        h = History("model-1", "explorer-2")
+        Ctx.state, Ctx.config = h.state, config
+        played: Counter = Counter()
+        for _ in range(60):
+            team = pick_team(Ctx).id
+            played[team] += 1
+            h.eval(team, 2.0 if team == "model-1" else 1.0)  # the model's all at the top
+        assert h.state.teams["model-1"].pace > 0.9 and h.state.teams["explorer-2"].pace < 0.2
+        return played
+
+    paced = turns(RunConfig(target="t"))
+    assert paced["model-1"] > 5 * paced["explorer-2"] > 0  # the explorer slowed, not stopped
+    assert turns(RunConfig(target="t", supervise=False)) == {"model-1": 30, "explorer-2": 30}
+
+
+def test_a_climb_far_below_the_runs_best_does_not_play_on_for_free():
+    class Ctx:
+        config = RunConfig(target="t")
+        opening = 0
+
+    h = History("explorer-1", "coordinate-2", "model-3")
+    Ctx.state = h.state
+    h.eval("explorer-1", 40.0)
+    h.eval("coordinate-2", 1.2)
+    h.eval("model-3", 39.5)
+    h.eval("coordinate-2", 2.0)  # its best, far below the run's: it takes its turn by pace
+    coordinate = h.state.teams["coordinate-2"]
+    assert not coordinate.climbing and coordinate.free == 0
+    assert pick_team(Ctx).id != "coordinate-2"
+    h.eval("model-3", 30.0)
+    h.eval("coordinate-2", 39.5)  # near the top, though not the run's best: it plays on
+    assert coordinate.climbing and pick_team(Ctx).id == "coordinate-2"
+    h.eval("coordinate-2", 39.0)
+    assert coordinate.free == 1  # on a turn that did not count against its share
+
+
 def test_a_global_team_whose_candidate_became_the_run_best_plays_on():
     class Ctx:
         config = RunConfig(target="t")
@@ -350,10 +394,10 @@ def test_the_explorer_plays_the_opening_then_the_teams_take_turns_by_share():
     h = History("coordinate-1", "explorer-2")
     Ctx.state = h.state
     picked = []
-    for speedup in (1.5, 1.2, 1.3, 1.1, 1.1, 1.1):  # the explorer's last is not the run's best
+    for speedup in (1.5, 1.2, 1.3, 1.5, 1.5, 1.5):  # the explorer's last is not the run's best
         picked.append(pick_team(Ctx).id)
         h.eval(picked[-1], speedup)
-    # three from the explorer first; then the climb catches up on its share
+    # three from the explorer first; then the climb, level with the top, catches up on its share
     assert picked == ["explorer-2"] * 3 + ["coordinate-1"] * 3
     h = History("coordinate-1", "explorer-2")
     Ctx.state = h.state

@@ -35,7 +35,9 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # first 5 events are the same; the 6th, the explorer's first pick, is the exact far corner.
     # Rewritten when a region exploration opened got the restart arm the scores favour (a model
     # of the region before any is scored) instead of a coordinate climb: the first 11 events
-    # are the same; the 12th spawns model-3, not coordinate-3.
+    # are the same; the 12th spawns model-3, not coordinate-3. Rewritten when teams took turns by
+    # share times pace (Team.due) under supervision: the first 14 events are the same; the 15th
+    # is model-3's turn, not coordinate-1's (its candidates were far below the run's best).
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]
