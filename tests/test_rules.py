@@ -87,6 +87,21 @@ def test_elite_is_retimed_before_a_stall_and_a_lucky_elite_steps_down():
     )
 
 
+def test_a_stalled_elite_is_retimed_until_it_has_three_measurements():
+    h = History("a-1")
+    h.eval("a-1", 3.0)
+    for _ in range(6):
+        h.eval("a-1", 1.0)
+    stalled = detect_plateaus(h.state, CFG)
+    assert any(p.kind == "stalled" for p in stalled)
+    assert elite_to_retime(h.state, stalled).cid == "c0001"
+    h.add(EliteRetimed(candidate="c0001", speedup=2.9))
+    assert elite_to_retime(h.state, stalled).cid == "c0001"  # two draws can both be lucky
+    h.add(EliteRetimed(candidate="c0001", speedup=3.1))
+    assert h.state.best.measurements == [3.0, 2.9, 3.1]
+    assert elite_to_retime(h.state, stalled) is None
+
+
 def test_a_retime_that_confirms_the_elite_changes_no_counter():
     h = History("a-1")
     h.eval("a-1", 2.0)

@@ -38,6 +38,8 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # are the same; the 12th spawns model-3, not coordinate-3. Rewritten when teams took turns by
     # share times pace (Team.due) under supervision: the first 14 events are the same; the 15th
     # is model-3's turn, not coordinate-1's (its candidates were far below the run's best).
+    # Rewritten when a stalled elite was re-timed until it had 3 measurements (plateau.RETIMED_TO)
+    # instead of once: the first 29 events are the same; the 30th re-times c0003 a second time.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]
