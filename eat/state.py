@@ -283,7 +283,6 @@ class RunState:
         self.leaders: list[str] = []  # the best candidates' ids, best first
         self.since_improvement = 0
         self.recent: deque[str] = deque(maxlen=64)  # the latest candidates' ids, newest last
-        self.retimed: set[str] = set()
         self.opened: set[str] = set()  # candidates whose region was declared worth a climb
         self.pending: list[Pending] = []
         # Lessons, oldest first. Past LESSONS_KEPT the oldest LESSONS_BATCH are counted, with
@@ -511,9 +510,7 @@ class RunState:
             team.plan[plan_item]["tried"] = c.cid
         team.evals += 1
         team.repeats = 0
-        hit = c.estimate is not None and (
-            self.best_speedup is None or c.estimate * (1 + threshold) >= self.best_speedup
-        )
+        hit = c.estimate is not None and not _better(self.best_speedup, c.estimate, threshold)
         team.hits += hit
         self._clear("team", team.id, "repeating")
         team.failures = 0 if c.status == "ok" else team.failures + 1
@@ -566,7 +563,6 @@ class RunState:
 
     def _retimed(self, e: EliteRetimed) -> None:
         self.retimes += 1
-        self.retimed.add(e.candidate)
         c = self.candidates.get(e.candidate)
         if c is None:
             return
