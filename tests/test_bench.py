@@ -75,6 +75,7 @@ def result(true: float, reached: int = 10) -> dict:
         "plateaus": 0,
         "restructures": 0,
         "trail": [],
+        "curve": [(i, 1.0) for i in range(1, reached)] + [(reached, true)],
     }
 
 
@@ -114,6 +115,24 @@ def test_the_oracles_wins_show_where_the_bar_is_out_of_anyones_reach(bench, land
     runs["random"][4] = result(top, reached=2)  # at its second: an oracle still wins
     ceiling = bench.compare(land, 150, runs, lambda *a: None)["ceiling"]
     assert ceiling == {"static": 10, "unrestructured": 10, "tpe": 10, "ngopt": 10, "random": 6}
+
+
+def test_runs_whose_bests_are_equal_within_noise_are_timed_to_the_same_level(bench):
+    class Recorded(bench.Landscape):  # a steady configuration and a noisy one just below it
+        knobs = {"K": {"values": [0, 1]}}
+
+        def measure(self, idx):
+            return {(0,): ("ok", 40.0, 0.05), (1,): ("ok", 38.0, 0.30)}[idx]
+
+    land = Recorded()
+    # Both evaluate the noisy 38x first; one goes on to the steady 40x and reports it.
+    steady = result(40.0, reached=20) | {"best": (0,), "curve": [(1, 38.0), (20, 40.0)]}
+    noisy = result(38.0, reached=1) | {"best": (1,), "curve": [(1, 38.0)]}
+    # Timed against its own best and noise the steady run got there at 20, the noisy one at 1
+    # (`reached`, which the rule scored by before). Against the same level (the higher best,
+    # less the pair's noise) both were there at 1.
+    assert bench.record(land, [steady], [noisy]) == {"wins": 0, "ties": 1, "losses": 0}
+    assert bench.record(land, [noisy], [steady]) == {"wins": 0, "ties": 1, "losses": 0}
 
 
 @pytest.mark.parametrize(
