@@ -126,14 +126,23 @@ def known_estimate(c: Candidate) -> float:
     return c.estimate
 
 
+def spread(c: Candidate) -> float:
+    """How far a candidate's estimate may be off, relatively: its measured spread, narrowing
+    with each measurement."""
+    return (c.noise or 0.0) / math.sqrt(len(c.measurements))
+
+
 def assured(c: Candidate, doubt: float) -> float:
-    """What the run's leaders are ranked by: the estimate less `doubt` spreads, each measurement
-    narrowing the spread (a lower confidence bound). Timing spread differs from kernel to
-    kernel; ranked by the median alone, the run's best tends to be whichever noisy kernel drew
-    the luckiest timing (the bench's recorded cpu_matmul_vec: true best 37.8x at 150
-    evaluations, 44.4x ranked this way)."""
-    spread = (c.noise or 0.0) / math.sqrt(len(c.measurements))
-    return known_estimate(c) * math.exp(-doubt * spread)
+    """What the run's leaders are ranked by: the estimate less `doubt` spreads (a lower
+    confidence bound). Timing spread differs from kernel to kernel; ranked by the median alone,
+    the run's best tends to be whichever noisy kernel drew the luckiest timing (the bench's
+    recorded cpu_matmul_vec: true best 37.8x at 150 evaluations, 44.4x ranked this way)."""
+    return known_estimate(c) * math.exp(-doubt * spread(c))
+
+
+def hopeful(c: Candidate, doubt: float) -> float:
+    """`assured`'s upper twin: the estimate plus `doubt` spreads, how good it may truly be."""
+    return known_estimate(c) * math.exp(doubt * spread(c))
 
 
 @dataclass

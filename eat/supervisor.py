@@ -203,7 +203,7 @@ class Supervisor:
         return {"stop": should_stop(ctx), "at_seq": ctx.state.seq}
 
     def detect(self, s: Step) -> dict[str, Any]:
-        """Plateaus, after re-timing the elite they would rest on."""
+        """Plateaus, after re-timing the leader a stall verdict rests on (elite_to_retime)."""
         ctx = self.ctx
         if not ctx.config.supervise:
             return {"plateaus": [], "at_seq": ctx.state.seq}

@@ -103,6 +103,26 @@ def test_a_stalled_elite_is_retimed_until_it_has_three_measurements():
     assert elite_to_retime(h.state, stalled) is None
 
 
+def test_a_noisy_leader_that_may_be_better_is_retimed_before_the_steady_best():
+    h = History("a-1")
+    h.eval("a-1", 3.0, noise=0.02)  # steady: the best
+    h.eval("a-1", 3.6, noise=0.3)  # higher, but one timing of a noisy kernel ranks it below
+    h.eval("a-1", 2.0, noise=0.02)  # below the best however it is timed: never re-timed
+    for _ in range(6):
+        h.eval("a-1", 1.0)
+    stalled = detect_plateaus(h.state, CFG)
+    assert h.state.best.cid == "c0001"
+    assert elite_to_retime(h.state, stalled).cid == "c0002"
+    h.add(EliteRetimed(candidate="c0002", speedup=3.5))
+    assert elite_to_retime(h.state, stalled).cid == "c0002"
+    h.add(EliteRetimed(candidate="c0002", speedup=3.6))
+    assert h.state.best.cid == "c0002"  # three timings narrow its spread: it leads
+    assert elite_to_retime(h.state, stalled).cid == "c0001"  # the old best may still be ahead
+    h.add(EliteRetimed(candidate="c0001", speedup=3.0))
+    h.add(EliteRetimed(candidate="c0001", speedup=3.0))
+    assert elite_to_retime(h.state, stalled) is None
+
+
 def test_a_retime_that_confirms_the_elite_changes_no_counter():
     h = History("a-1")
     h.eval("a-1", 2.0)
