@@ -313,14 +313,25 @@ def detect_plateaus(state: RunState, cfg: PlateauConfig) -> list[Plateau]:
 # (the bench's cpu_matmul, seed 0: a true 42.3x measured 43.2x, spread 18%, ranked below a
 # steady 31.9x until the end): a stall re-times whichever leader may most be the real best.
 RETIMED_TO = 3
+# The run's closing evaluations (a share of max_evals, at least 2): the leaders are re-timed
+# then without a stall, so the best the run reports has been timed again where it may be luck.
+CLOSING = 0.05
 
 
-def elite_to_retime(state: RunState, plateaus: list[Plateau]) -> Candidate | None:
-    """On a stall, the leader that could most be the run's real best and has fewer than
-    RETIMED_TO measurements: the highest optimistic bound (its estimate plus `doubt` spreads)
-    among the leaders whose bound reaches the best's assured value (the best's always does)."""
+def closing(left: int, max_evals: int) -> bool:
+    """Whether `left` evaluations of `max_evals` are the run's closing ones."""
+    return left <= max(2, int(CLOSING * max_evals))
+
+
+def elite_to_retime(
+    state: RunState, plateaus: list[Plateau], at_close: bool = False
+) -> Candidate | None:
+    """On a stall or in the run's closing evaluations (`at_close`), the leader that could most
+    be the run's real best and has fewer than RETIMED_TO measurements: the highest optimistic
+    bound (its estimate plus `doubt` spreads) among the leaders whose bound reaches the best's
+    assured value (the best's always does)."""
     best = state.best
-    if best is None or not any(p.kind == "stalled" for p in plateaus):
+    if best is None or not (at_close or any(p.kind == "stalled" for p in plateaus)):
         return None
     doubt, floor = state.cfg.doubt, assured(best, state.cfg.doubt)
     open_ = [

@@ -28,7 +28,7 @@ from eat.events import AttemptFailed, EliteRetimed, Restructured, SupervisorAdvi
 from eat.executors.local import Cancelled, LocalExecutor, ctrl_c_at_waits, default_workers
 from eat.llm import BudgetSpent, LLMError
 from eat.notes import commit_step, write_notes
-from eat.plateau import Plateau, detect_plateaus, elite_to_retime
+from eat.plateau import Plateau, closing, detect_plateaus, elite_to_retime
 from eat.restructure import Diagnosis, Limits, Operation, decide, diagnose, operation_events, score
 from eat.seal import TargetChangedError
 from eat.state import Candidate
@@ -203,13 +203,14 @@ class Supervisor:
         return {"stop": should_stop(ctx), "at_seq": ctx.state.seq}
 
     def detect(self, s: Step) -> dict[str, Any]:
-        """Plateaus, after re-timing the leader a stall verdict rests on (elite_to_retime)."""
+        """Plateaus, after re-timing the leader a stall verdict (or the run's close) rests on."""
         ctx = self.ctx
         if not ctx.config.supervise:
             return {"plateaus": [], "at_seq": ctx.state.seq}
         plateaus = detect_plateaus(ctx.state, ctx.state.cfg)
-        elite = elite_to_retime(ctx.state, plateaus)
-        if elite and ctx.state.spent_evals + ctx.reserved < ctx.config.max_evals:
+        left = ctx.config.max_evals - ctx.state.spent_evals - ctx.reserved
+        elite = elite_to_retime(ctx.state, plateaus, closing(left, ctx.config.max_evals))
+        if elite and left > 0:
             # a re-time is an evaluation (and turns in flight hold theirs)
             retime(ctx, elite)
             plateaus = detect_plateaus(ctx.state, ctx.state.cfg)

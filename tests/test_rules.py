@@ -12,6 +12,7 @@ from eat.plateau import (
     PROMISING,
     RETIMED_TO,
     climbed,
+    closing,
     detect_plateaus,
     elite_to_retime,
     far_apart,
@@ -121,6 +122,17 @@ def test_a_noisy_leader_that_may_be_better_is_retimed_before_the_steady_best():
     h.add(EliteRetimed(candidate="c0001", speedup=3.0))
     h.add(EliteRetimed(candidate="c0001", speedup=3.0))
     assert elite_to_retime(h.state, stalled) is None
+
+
+def test_the_runs_closing_evaluations_retime_the_leaders_without_a_stall():
+    h = History("a-1")
+    h.eval("a-1", 3.0, noise=0.02)
+    h.eval("a-1", 3.6, noise=0.3)
+    assert detect_plateaus(h.state, CFG) == []
+    assert elite_to_retime(h.state, []) is None
+    assert not closing(left=10, max_evals=60) and closing(left=3, max_evals=60)
+    assert closing(left=2, max_evals=20)  # at least the last two
+    assert elite_to_retime(h.state, [], at_close=True).cid == "c0002"
 
 
 def test_a_retime_that_confirms_the_elite_changes_no_counter():
