@@ -15,7 +15,7 @@ from pydantic.dataclasses import dataclass
 from eat.config import PlateauConfig
 from eat.events import PlateauDetected, PlateauKind, Scope
 from eat.knobspace import differs, region_radius
-from eat.state import Candidate, RunState, Team, assured, hopeful
+from eat.state import Candidate, RunState, Team, hopeful, known_estimate
 
 PROMISING = 1.2  # a region is worth a climb when its best beats what is around it this much
 # Far candidates compared with all that was measured around them, per query, best first: each
@@ -313,30 +313,31 @@ def detect_plateaus(state: RunState, cfg: PlateauConfig) -> list[Plateau]:
 # (the bench's cpu_matmul, seed 0: a true 42.3x measured 43.2x, spread 18%, ranked below a
 # steady 31.9x until the end): a stall re-times whichever leader may most be the real best.
 RETIMED_TO = 3
-# The run's closing evaluations (a share of max_evals, at least 2): the leaders are re-timed
-# then without a stall, so the best the run reports has been timed again where it may be luck.
+# The run's closing evaluations (a share of max_evals): the leaders are re-timed then without a
+# stall, so the best the run reports has been timed again where it may be luck. A run under 20
+# evaluations has none (a re-time would take a large part of it).
 CLOSING = 0.05
 
 
 def closing(left: int, max_evals: int) -> bool:
     """Whether `left` evaluations of `max_evals` are the run's closing ones."""
-    return left <= max(2, int(CLOSING * max_evals))
+    return left <= int(CLOSING * max_evals)
 
 
 def elite_to_retime(
     state: RunState, plateaus: list[Plateau], at_close: bool = False
 ) -> Candidate | None:
-    """On a stall or in the run's closing evaluations (`at_close`), the leader that could most
-    be the run's real best and has fewer than RETIMED_TO measurements: the highest optimistic
-    bound (its estimate plus `doubt` spreads) among the leaders whose bound reaches the best's
-    assured value (the best's always does)."""
+    """On a stall or in the run's closing evaluations (`at_close`), the leader with fewer than
+    RETIMED_TO measurements that could most be the run's real best: the highest optimistic bound
+    (its estimate plus `doubt` spreads) among the best and the leaders whose bound beats the
+    best's estimate by more than the run's threshold (near-equals are not worth a re-time)."""
     best = state.best
     if best is None or not (at_close or any(p.kind == "stalled" for p in plateaus)):
         return None
-    doubt, floor = state.cfg.doubt, assured(best, state.cfg.doubt)
+    doubt, gain = state.cfg.doubt, known_estimate(best) * (1 + state.threshold())
     open_ = [
         c
         for c in (state.candidates[cid] for cid in state.leaders)
-        if len(c.measurements) < RETIMED_TO and hopeful(c, doubt) >= floor
+        if len(c.measurements) < RETIMED_TO and (c.cid == best.cid or hopeful(c, doubt) > gain)
     ]
     return max(open_, key=lambda c: hopeful(c, doubt), default=None)

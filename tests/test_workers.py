@@ -40,11 +40,6 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # is model-3's turn, not coordinate-1's (its candidates were far below the run's best).
     # Rewritten when a stalled elite was re-timed until it had 3 measurements (plateau.RETIMED_TO)
     # instead of once: the first 29 events are the same; the 30th re-times c0003 a second time.
-    # Rewritten when a stall re-timed the leader that could most be the real best (its estimate
-    # plus its spread highest) rather than the best: the first 29 events are the same; the 30th
-    # re-times c0010, not c0003 a second time. Rewritten when the run's closing evaluations
-    # (plateau.CLOSING) re-timed the leaders without a stall: the first 70 events are the same;
-    # the 71st re-times c0020 where c0034 was evaluated.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]
