@@ -567,15 +567,20 @@ def reach(r: dict, level: float) -> int:
     return next((at for at, v in r["curve"] if v >= level), r["used"])
 
 
+def tie_level(land: Landscape, x: dict, y: dict) -> float | None:
+    """Where two runs' bests are equal within noise, the level both are timed to: the higher
+    best less that noise; None where one is higher beyond it."""
+    tol = land.tol(x["best"], y["best"])
+    high, low = max(x["true"], y["true"]), min(x["true"], y["true"])
+    return None if high > low * (1 + tol) else high / (1 + tol)
+
+
 def beats(land: Landscape, x: dict, y: dict) -> bool:
     """x's best is higher beyond noise, or equal within noise and x got within that noise of
     the higher best in at most 90% of y's evaluations."""
-    tol = land.tol(x["best"], y["best"])
-    if x["true"] > y["true"] * (1 + tol):
-        return True
-    if y["true"] > x["true"] * (1 + tol):
-        return False
-    level = max(x["true"], y["true"]) / (1 + tol)
+    level = tie_level(land, x, y)
+    if level is None:
+        return x["true"] > y["true"]
     return reach(x, level) <= SOONER * reach(y, level)
 
 
@@ -602,10 +607,9 @@ def overclaim(r: dict) -> float:
 
 
 def better(land: Landscape, x: dict, y: dict) -> dict:
-    tol = land.tol(x["best"], y["best"])
-    if x["true"] > y["true"] * (1 + tol) or y["true"] > x["true"] * (1 + tol):
+    level = tie_level(land, x, y)
+    if level is None:
         return max(x, y, key=lambda r: r["true"])
-    level = max(x["true"], y["true"]) / (1 + tol)
     return min(x, y, key=lambda r: reach(r, level))
 
 
