@@ -1,6 +1,7 @@
 """The supervisor's decisions (eat.restructure), each on a synthetic history."""
 
 from collections import Counter
+from types import SimpleNamespace
 
 from history import CFG, History
 
@@ -263,116 +264,97 @@ def test_knobless_candidates_converge_only_on_the_same_source():
         assert bool(converged) is same
 
 
-def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
-    class Ctx:
-        config = RunConfig(target="t")
-        opening = 0
+def turn_ctx(h: History, opening: int = 0, **config) -> SimpleNamespace:
+    """What pick_team reads of a run's context: its state, its config and its opening."""
+    return SimpleNamespace(state=h.state, config=RunConfig(target="t", **config), opening=opening)
 
+
+def test_a_climb_that_just_gained_plays_on_without_spending_the_others_share():
     h = History("coordinate-1", "explorer-2")
-    Ctx.state = h.state
+    ctx = turn_ctx(h)
     h.eval("coordinate-1", 1.0)
     h.eval("explorer-2", 1.0)
     h.eval("coordinate-1", 1.5)  # a gain: it plays on
-    assert pick_team(Ctx).id == "coordinate-1"
+    assert pick_team(ctx).id == "coordinate-1"
     h.eval("coordinate-1", 2.0)  # its free turn, and another gain
-    assert pick_team(Ctx).id == "coordinate-1"
+    assert pick_team(ctx).id == "coordinate-1"
     h.eval("coordinate-1", 1.0)  # no gain: turns by share again
-    assert pick_team(Ctx).id == "explorer-2"
+    assert pick_team(ctx).id == "explorer-2"
     assert h.state.teams["coordinate-1"].turns == h.state.teams["explorer-2"].turns + 1
-    Ctx.config = RunConfig(target="t", supervise=False)
+    ctx.config = RunConfig(target="t", supervise=False)
     h.eval("explorer-2", 1.0)
     h.eval("coordinate-1", 3.0)
-    assert pick_team(Ctx).id == "explorer-2"  # without supervision, no one plays on
+    assert pick_team(ctx).id == "explorer-2"  # without supervision, no one plays on
 
 
 def test_a_team_whose_candidates_land_near_the_top_plays_more_often_than_one_whose_do_not():
-    class Ctx:
-        config = RunConfig(target="t")
-        opening = 0
-
-    def turns(config: RunConfig) -> Counter:
+    def turns(**config) -> Counter:
         h = History("model-1", "explorer-2")
-        Ctx.state, Ctx.config = h.state, config
+        ctx = turn_ctx(h, **config)
         played: Counter = Counter()
         for _ in range(60):
-            team = pick_team(Ctx).id
+            team = pick_team(ctx).id
             played[team] += 1
             h.eval(team, 2.0 if team == "model-1" else 1.0)  # the model's all at the top
         assert h.state.teams["model-1"].pace > 0.9 and h.state.teams["explorer-2"].pace < 0.2
         return played
 
-    paced = turns(RunConfig(target="t"))
+    paced = turns()
     assert paced["model-1"] > 5 * paced["explorer-2"] > 0  # the explorer slowed, not stopped
-    assert turns(RunConfig(target="t", supervise=False)) == {"model-1": 30, "explorer-2": 30}
+    assert turns(supervise=False) == {"model-1": 30, "explorer-2": 30}
 
 
 def test_a_climb_far_below_the_runs_best_does_not_play_on_for_free():
-    class Ctx:
-        config = RunConfig(target="t")
-        opening = 0
-
     h = History("explorer-1", "coordinate-2", "model-3")
-    Ctx.state = h.state
+    ctx = turn_ctx(h)
     h.eval("explorer-1", 40.0)
     h.eval("coordinate-2", 1.2)
     h.eval("model-3", 39.5)
     h.eval("coordinate-2", 2.0)  # its best, far below the run's: it takes its turn by pace
     coordinate = h.state.teams["coordinate-2"]
     assert not coordinate.climbing and coordinate.free == 0
-    assert pick_team(Ctx).id != "coordinate-2"
+    assert pick_team(ctx).id != "coordinate-2"
     h.eval("model-3", 30.0)
     h.eval("coordinate-2", 39.5)  # near the top, though not the run's best: it plays on
-    assert coordinate.climbing and pick_team(Ctx).id == "coordinate-2"
+    assert coordinate.climbing and pick_team(ctx).id == "coordinate-2"
     h.eval("coordinate-2", 39.0)
     assert coordinate.free == 1  # on a turn that did not count against its share
 
 
 def test_a_global_team_whose_candidate_became_the_run_best_plays_on():
-    class Ctx:
-        config = RunConfig(target="t")
-        opening = 0
-
     h = History("coordinate-1", "explorer-2", "model-3")
-    Ctx.state = h.state
+    ctx = turn_ctx(h)
     h.eval("coordinate-1", 2.0)
     h.eval("coordinate-1", 1.0)  # the climb's loss: turns by share again
-    assert pick_team(Ctx).id == "explorer-2"
+    assert pick_team(ctx).id == "explorer-2"
     h.eval("explorer-2", 1.5)  # its own best, not the run's: it does not play on
-    assert pick_team(Ctx).id == "model-3"
+    assert pick_team(ctx).id == "model-3"
     h.eval("model-3", 2.5)  # the run's best: the model plays on
-    assert pick_team(Ctx).id == "model-3"
+    assert pick_team(ctx).id == "model-3"
     h.eval("model-3", 2.2)  # no longer its best: the lowest turns again
-    assert pick_team(Ctx).id != "model-3"
+    assert pick_team(ctx).id != "model-3"
 
 
 def test_of_teams_with_equal_turns_the_one_spawned_first_plays():
     """The start's teams play in their configured order (an explorer first, then the model
     that learns from its pick), not in the order of their names."""
 
-    class Ctx:
-        config = RunConfig(target="t")
-        opening = 0
-
     h = History("explorer-1", "model-2", "coordinate-3")
-    Ctx.state = h.state
-    assert pick_team(Ctx).id == "explorer-1"
+    ctx = turn_ctx(h)
+    assert pick_team(ctx).id == "explorer-1"
     h.eval("explorer-1", 2.0)  # the run's best: it plays on
     h.eval("explorer-1", 1.0)
-    assert pick_team(Ctx).id == "model-2"  # by name, coordinate-3 would come first
+    assert pick_team(ctx).id == "model-2"  # by name, coordinate-3 would come first
     h.eval("model-2", 1.0)
-    assert pick_team(Ctx).id == "coordinate-3"
+    assert pick_team(ctx).id == "coordinate-3"
 
 
 def test_in_the_opening_explorers_of_equal_turns_also_play_in_spawn_order():
-    class Ctx:
-        config = RunConfig(target="t")
-        opening = 4
-
     h = History("coordinate-1", "explorer-2", "explorer-10")  # by name, explorer-10 is first
-    Ctx.state = h.state
-    assert pick_team(Ctx).id == "explorer-2"
+    ctx = turn_ctx(h, opening=4)
+    assert pick_team(ctx).id == "explorer-2"
     h.eval("explorer-2", 0.5)
-    assert pick_team(Ctx).id == "explorer-10"
+    assert pick_team(ctx).id == "explorer-10"
 
 
 def test_a_knob_search_starts_with_an_explorer_a_model_team_and_a_climb_and_no_opening():
@@ -387,26 +369,22 @@ def test_a_knob_search_starts_with_an_explorer_a_model_team_and_a_climb_and_no_o
 
 
 def test_the_explorer_plays_the_opening_then_the_teams_take_turns_by_share():
-    class Ctx:
-        config = RunConfig(target="t")
-        opening = 3
-
     h = History("coordinate-1", "explorer-2")
-    Ctx.state = h.state
+    ctx = turn_ctx(h, opening=3)
     picked = []
     for speedup in (1.5, 1.2, 1.3, 1.5, 1.5, 1.5):  # the explorer's last is not the run's best
-        picked.append(pick_team(Ctx).id)
+        picked.append(pick_team(ctx).id)
         h.eval(picked[-1], speedup)
     # three from the explorer first; then the climb, level with the top, catches up on its share
     assert picked == ["explorer-2"] * 3 + ["coordinate-1"] * 3
     h = History("coordinate-1", "explorer-2")
-    Ctx.state = h.state
-    Ctx.config = RunConfig(target="t", supervise=False)
-    assert pick_team(Ctx).id == "coordinate-1"  # without supervision, no opening
-    Ctx.config = RunConfig(target="t")
-    assert pick_team(Ctx, busy={"explorer-2"}).id == "coordinate-1"  # it waits for no one
+    ctx.state = h.state
+    ctx.config = RunConfig(target="t", supervise=False)
+    assert pick_team(ctx).id == "coordinate-1"  # without supervision, no opening
+    ctx.config = RunConfig(target="t")
+    assert pick_team(ctx, busy={"explorer-2"}).id == "coordinate-1"  # it waits for no one
     h.state.teams["explorer-2"].exhausted = True
-    assert pick_team(Ctx).id == "coordinate-1"
+    assert pick_team(ctx).id == "coordinate-1"
 
 
 def test_the_opening_is_twice_the_knobs_unless_set():
