@@ -298,6 +298,18 @@ def speedup_text(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def verdict_text(e: RestructureScored) -> str:
+    """A scored restructure's verdict as every document says it: judged against the run's best
+    when it was made (by the time it is judged, other teams' work may have raised the run's
+    best, and a re-time lowered it)."""
+    before, then = speedup_text(e.best_before), speedup_text(e.best_after)
+    if e.helped:
+        who = e.by or "its teams"
+        return f"helped: {who} beat the run's best when it was made, {before} ({then} when judged)"
+    judged = "" if e.best_after == e.best_before else f" ({then} when judged)"
+    return f"did not help: its teams did not beat the run's best when it was made, {before}{judged}"
+
+
 def describe(e: Event) -> str:
     """One line for people: EVOLUTION.md rows and git commit messages."""
     match e:
@@ -358,11 +370,5 @@ def describe(e: Event) -> str:
                 return f"supervisor ({e.model}): invalid replies, the rules decided"
             return f"supervisor ({e.model}): {e.diagnosis[:200]}"
         case RestructureScored():
-            verdict = "helped" if e.helped else "did not help"
-            by = f" ({e.by})" if e.by else ""
-            return (
-                f"restructure #{e.restructure} {verdict}: best "
-                f"{speedup_text(e.best_before)} -> "
-                f"{speedup_text(e.best_after)}{by}"
-            )
+            return f"restructure #{e.restructure} {verdict_text(e)}"
     return ""

@@ -7,13 +7,21 @@ merged into one line that still cites their candidates; nothing is cut off the e
 
 from __future__ import annotations
 
-from eat.events import speedup_text
+from eat.events import speedup_text, verdict_text
 from eat.merge import merge_write
 from eat.state import RunState
 from eat.target import Target
 
 BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 CAP_CHARS = 6000
+
+
+def clip(text: str, most: int = 160) -> str:
+    """`text` cut to `most` characters at a word's end, marked: a knob list cut mid-name
+    read as a knob that does not exist."""
+    if len(text) <= most:
+        return text
+    return text[: most - 2].rsplit(" ", 1)[0].rstrip(",;") + " …"
 
 
 def _diff(new: dict, old: dict) -> str:
@@ -34,7 +42,7 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
         if new is not None:
             if old is None:
                 text = (
-                    f"first working candidate {new.cid}: {speedup_text(new_x)} ({new.what[:100]})"
+                    f"first working candidate {new.cid}: {speedup_text(new_x)} ({clip(new.what)})"
                 )
             elif new.knobs or old.knobs:
                 text = (
@@ -43,18 +51,13 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
                 )
             else:
                 text = (
-                    f"{new.idea[:100] or 'a new source'}: {speedup_text(old_x)} -> "
+                    f"{clip(new.idea) or 'a new source'}: {speedup_text(old_x)} -> "
                     f"{speedup_text(new_x)} ({new.cid} over {old.cid})"
                 )
         else:
             s = lesson.scored
             assert s is not None  # a lesson is a new best or a scored restructure
-            verdict = "helped" if s.helped else "did not help"
-            by = f", by {s.by}" if s.by else ""
-            text = (
-                f"restructure ({lesson.what}) {verdict}: best "
-                f"{speedup_text(s.best_before)} -> {speedup_text(s.best_after)}{by}"
-            )
+            text = f"restructure ({lesson.what}) {verdict_text(s)}"
         out.append((text, lesson.ids))
     return out
 
@@ -67,6 +70,9 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
         rows = []
         for value in knob.values:
             tries, top, cid = state.knob_stats.get((name, str(value)), [0, None, None])
+            now = state.candidates[cid].estimate if cid in state.candidates else None
+            if now is not None:  # its figure now, re-times included, as the rest of the file
+                top = now
             if tries == 0:
                 untried.append(f"{name}={value}")
             elif top is not None:
@@ -83,7 +89,7 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
             effects.append(
                 f"{name}: best with {value} ({speedup_text(top)}, {cid})"
                 + (
-                    f"; worst with {worst[1]} ({speedup_text(worst[0])}, {worst[2]})"
+                    f"; with {worst[1]} at most {speedup_text(worst[0])} ({worst[2]})"
                     if len(rows) > 1
                     else ""
                 )
@@ -143,7 +149,7 @@ def _compose(state, items, keep, effects, dead, untried, label: str) -> str:
         lines.append(
             f"{b.cid} (team {b.team}): {speedup_text(b.estimate)}"
             f"{label} over the baseline{flops}"
-            f"{vendor}; {b.what[:100]}"
+            f"{vendor}; {clip(b.what)}"
         )
     else:
         lines.append("No verified candidate yet.")

@@ -27,6 +27,7 @@ from eat.events import (
     TeamSpawned,
     describe,
     speedup_text,
+    verdict_text,
 )
 from eat.merge import read_settled
 from eat.state import RunState
@@ -511,9 +512,7 @@ def restructure_table(f: Facts) -> str:
             "not scored yet"
             if s is None
             else f'<b class="{"yes" if s.helped else "no"}">'
-            f"{'helped' if s.helped else 'did not help'}</b>: "
-            f"{speedup_text(s.best_before)} → {speedup_text(s.best_after)}"
-            + (f" ({escape(s.by)})" if s.by else "")
+            + escape(verdict_text(s)).replace(":", "</b>:", 1)
         )
         rows.append(
             [

@@ -88,3 +88,40 @@ def test_candidates_without_knobs_are_described_by_their_idea():
     text = render(h.state, TARGET)
     assert "idea number 2: 2.00x -> 3.00x (c0002 over c0001)" in text
     assert "## What each knob does" not in text and "knobs" not in text
+
+
+def test_what_each_knob_does_cites_its_candidates_figure_after_a_retime():
+    from eat.events import EliteRetimed
+
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 2.0, TILE=0)
+    h.eval("coordinate-1", 3.0, TILE=16)
+    h.add(EliteRetimed(candidate="c0002", speedup=2.4))  # its median now 2.70x
+    text = render(h.state, TARGET)
+    assert "c0002 (team coordinate-1): 2.70x" in text  # best so far
+    assert "TILE: best with 16 (2.70x, c0002); with 0 at most 2.00x (c0001)" in text
+    assert "3.00x, c0002" not in text  # the lesson keeps 3.00x, the knobs say what holds now
+
+
+def test_a_long_description_is_cut_at_a_words_end_and_marked():
+    knobs = {f"KNOB_{i}": f"value{i}" for i in range(20)}  # some 300 characters
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 2.0, **knobs)
+    first = next(x for x in render(h.state, TARGET).splitlines() if "first working" in x)
+    shown = first.split("(", 1)[1].rstrip(")")
+    assert shown.endswith(" …") and len(shown) <= 160
+    assert all(f"{k}={v}" in shown for k, v in (x.split("=") for x in shown[:-2].split(", ")))
+
+
+def test_a_restructure_that_did_not_help_is_judged_against_the_best_of_its_moment():
+    from eat.events import Restructured, RestructureScored
+
+    h = History("coordinate-1", "explorer-2")
+    h.eval("coordinate-1", 2.0)
+    fork = h.add(Restructured(op="fork", team="coordinate-3", reason="r", best_before=2.0))
+    h.eval("explorer-2", 3.0)  # the run's best rises, by another team
+    h.add(RestructureScored(restructure=fork.seq, helped=False, best_before=2.0, best_after=3.0))
+    assert (
+        "- restructure (fork coordinate-3) did not help: its teams did not beat the run's best "
+        "when it was made, 2.00x (3.00x when judged)\n" in render(h.state, TARGET)
+    )
