@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic.dataclasses import dataclass
 
-from eat.events import Op, Restructured, RestructureScored, Scope, TeamSpawned
+from eat.events import Op, Restructured, RestructureScored, Scope, TeamSpawned, speedup_text
 from eat.plateau import Plateau, climbed, is_local, optima, promising_regions
 from eat.state import Candidate, RunState, known_estimate
 
@@ -172,8 +172,9 @@ class Plan:
         self.add(
             Operation(
                 "retire",
-                f"making room: {worst.id} gained nothing in its last "
-                f"{worst.since_improvement} candidates",
+                f"making room: {worst.id}, the stalest local search "
+                f"({worst.since_improvement} of its {worst.evals} candidates since its last gain; "
+                f"its best {speedup_text(worst.best_estimate)})",
                 evidence,
                 team=worst.id,
             )

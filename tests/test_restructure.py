@@ -89,6 +89,10 @@ def test_making_room_retires_the_stalest_local_search_never_an_explorer():
     ops = act(h, Limits(max_teams=3), kinds={"opened"})
     assert [(o.op, o.team) for o in ops] == [("retire", "coordinate-3"), ("fork", None)]
     assert h.state.teams["explorer-2"].state == "active"
+    assert ops[0].reason == (  # what the log and EVOLUTION.md say: how stale, and its best
+        "making room: coordinate-3, the stalest local search (2 of its 3 candidates since its "
+        "last gain; its best 1.00x)"
+    )
 
 
 def test_the_leading_climb_that_stalls_goes_on_while_combined_steps_try_the_elite():
