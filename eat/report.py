@@ -506,14 +506,19 @@ def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 def restructure_table(f: Facts) -> str:
     rows = []
+    waiting = {p.seq for p in f.state.pending}
     for x, e in f.restructures:
         s = f.scores.get(e.seq)
-        verdict = (
-            "not scored yet"
-            if s is None
-            else f'<b class="{"yes" if s.helped else "no"}">'
-            + escape(verdict_text(s)).replace(":", "</b>:", 1)
-        )
+        if s is not None:
+            verdict = f'<b class="{"yes" if s.helped else "no"}">' + escape(
+                verdict_text(s)
+            ).replace(":", "</b>:", 1)
+        elif e.seq not in waiting:  # retires, and rebalances that raised no team's share
+            verdict = "not scored: it changed no team whose results could judge it"
+        elif f.stopped is not None:
+            verdict = "not scored yet: the run stopped before its teams' window (a resume goes on)"
+        else:
+            verdict = "not scored yet"
         rows.append(
             [
                 str(e.seq),

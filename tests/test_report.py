@@ -146,8 +146,15 @@ def test_the_report_of_a_60_evaluation_run_matches_its_log(run60):
         cells = [e["text"] for e in page.elements if e["tag"] == "td" and e["parent"] is row]
         assert cells[0] == str(r.seq) and cells[2] == r.op and cells[3] == (r.team or "-")
         s = scores.get(r.seq)
-        verdict = "not scored yet" if s is None else ("helped" if s.helped else "did not help")
+        if s is not None:
+            verdict = "helped" if s.helped else "did not help"
+        elif r.op == "retire":  # judged by the evidence it rests on, never scored
+            verdict = "not scored: it changed no team whose results could judge it"
+        else:  # the run stopped before the window its teams had to judge it
+            verdict = "not scored yet: the run stopped"
         assert cells[-1].startswith(verdict), cells
+    unscored = [r.op for r in restructures if r.seq not in scores]
+    assert "retire" in unscored and {"retire"} < set(unscored)  # both kinds are in this run
 
     text = html.replace("&#x27;", "'")
     assert "No LLM calls" in text  # an offline run says so instead of an empty chart
