@@ -253,8 +253,9 @@ _WORKERS = typer.Option(
 _EXECUTOR = typer.Option(
     None,
     "--executor",
+    # \\[: the help is rich markup, which took [ray] for a tag and printed 'eat'
     help="'local' (default) or 'ray': builds, "
-    "verification and timing in a Ray actor (pip install 'eat[ray]').",
+    "verification and timing in a Ray actor (pip install 'eat\\[ray]').",
 )
 _RAY_ADDRESS = typer.Option(
     None,

@@ -133,3 +133,31 @@ def test_eval_report_shows_the_arch_and_the_vendor_against_the_baseline_and_the_
         "speedup 20.00x over the baseline, 0.50x the speed of torch.softmax (PyTorch's CUDA "
         "kernel) (which is 40.00x over the baseline)"
     ) in " ".join(text.split())
+
+
+def test_every_help_text_reaches_the_user_whole():
+    """The help is rich markup: an unescaped [word] is taken for a tag and vanishes (the
+    --executor help printed "pip install 'eat'")."""
+    import re
+
+    import typer.main
+
+    from eat.cli import app
+
+    def commands(group, path=()):
+        for name, cmd in group.commands.items():
+            yield (*path, name), cmd
+            if hasattr(cmd, "commands"):
+                yield from commands(cmd, (*path, name))
+
+    texts = [
+        (path, p.name, p.help)
+        for path, cmd in commands(typer.main.get_command(app))
+        for p in cmd.params
+        if getattr(p, "help", None)
+    ] + [(path, None, cmd.help) for path, cmd in commands(typer.main.get_command(app))]
+    assert len(texts) > 50
+    eaten = [(p, n, t) for p, n, t in texts if t and re.search(r"(?<!\\)\[[a-z][\w,-]*\]", t)]
+    assert not eaten
+    done = eat("start", "--help")
+    assert "eat[ray]" in done.stdout
