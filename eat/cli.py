@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 
 from eat.errors import EatError, RunnerUnavailable, read_file
@@ -113,8 +114,10 @@ def _vendor_peak(w) -> float | None:
 def _print_evaluation(ev) -> None:
     if ev.workloads:
         arch = f" ({ev.arch})" if ev.arch else ""
-        table = Table(title=f"{ev.target} on {ev.device}{arch}; latency: median ±IQR")
-        names = "×".join(ev.workloads[0].params)
+        # What a target names (its workloads' parameters, metric, vendor) is shown escaped: rich
+        # markup would take a [word] in it for a tag and drop it.
+        table = Table(title=escape(f"{ev.target} on {ev.device}{arch}; latency: median ±IQR"))
+        names = escape("×".join(ev.workloads[0].params))
         vendor_peak = any(_vendor_peak(w) for w in ev.workloads)
         for col in (
             names,
@@ -132,7 +135,7 @@ def _print_evaluation(ev) -> None:
                 f"{w.gflops:.1f} GFLOP/s" if w.gflops else (f"{w.gbps:.1f} GB/s" if w.gbps else "-")
             )
             table.add_row(
-                "×".join(map(str, w.params.values())),
+                escape("×".join(map(str, w.params.values()))),
                 _ms(w.candidate),
                 _ms(w.baseline),
                 _ms(w.vendor),
@@ -145,14 +148,15 @@ def _print_evaluation(ev) -> None:
     line = f"[bold]{ev.status}[/bold]"
     if ev.score and ev.baseline_score:
         line += (
-            f"  {ev.metric} {ev.score.median:.4g} ±{ev.score.iqr:.2g} against the baseline's "
-            f"{ev.baseline_score.median:.4g} over {ev.score.n} seeds of {ev.split}: "
+            f"  {escape(str(ev.metric))} {ev.score.median:.4g} ±{ev.score.iqr:.2g} against the "
+            f"baseline's {ev.baseline_score.median:.4g} over {ev.score.n} seeds of "
+            f"{escape(str(ev.split))}: "
             f"gain {ev.speedup:.2f}x"
         )
     elif ev.speedup:
         line += f"  speedup {ev.speedup:.2f}x over the baseline"
     if ev.vs_vendor:
-        line += f", {ev.vs_vendor:.2f}x the speed of {ev.vendor}"
+        line += f", {ev.vs_vendor:.2f}x the speed of {escape(str(ev.vendor))}"
     if ev.vendor_speedup:
         line += f" (which is {ev.vendor_speedup:.2f}x over the baseline)"
     out.print(line)

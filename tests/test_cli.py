@@ -161,3 +161,28 @@ def test_every_help_text_reaches_the_user_whole():
     assert not eaten
     done = eat("start", "--help")
     assert "eat[ray]" in done.stdout
+
+
+def test_what_a_target_names_is_printed_as_written(capsys):
+    """A program's metric and split and a vendor's name are the target's words: rich markup
+    would drop a [word] in them."""
+    from eat import cli
+    from eat.runners.base import Evaluation, Grade, Stat, WorkloadResult
+
+    grade = Grade(median=0.9, iqr=0.01, n=5)
+    ev = Evaluation(
+        status="ok",
+        speedup=1.2,
+        metric="f1[macro]",
+        split="dev[small]",
+        score=grade,
+        baseline_score=grade,
+        vendor="lib[fast]",
+        vs_vendor=1.1,
+        target="t[x]",
+        device="cpu",
+        workloads=[WorkloadResult(params={"n": 4}, candidate=Stat(median_s=1e-3, iqr_s=0.0, n=3))],
+    )
+    cli._print_evaluation(ev)
+    shown = capsys.readouterr().out
+    assert all(w in shown for w in ("f1[macro]", "dev[small]", "lib[fast]", "t[x]")), shown
