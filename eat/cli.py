@@ -16,6 +16,7 @@ import typer
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from eat.errors import EatError, RunnerUnavailable, read_file
 
@@ -218,7 +219,8 @@ class _Progress:
             )
             + f"   plateaus {state.plateaus}, restructures {state.restructures}"
         )
-        self.live.update(Group(head, table, f"last: {describe(event)}"[:200]))
+        # Text, not markup: the line quotes agents and people ("[/tmp]" broke the display).
+        self.live.update(Group(head, table, Text(f"last: {describe(event)}"[:200])))
 
 
 def _warn_unfenced(config) -> None:

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -186,3 +187,21 @@ def test_what_a_target_names_is_printed_as_written(capsys):
     cli._print_evaluation(ev)
     shown = capsys.readouterr().out
     assert all(w in shown for w in ("f1[macro]", "dev[small]", "lib[fast]", "t[x]")), shown
+
+
+def test_the_live_display_shows_what_agents_and_people_wrote_as_written():
+    """The last event's line quotes agents' ideas and people's steering: a '[/tmp]' in it was
+    taken for a closing markup tag and raised, ending the display."""
+    import io
+
+    from rich.console import Console
+
+    from eat import cli
+    from eat.events import HumanSteered
+    from eat.state import RunState
+
+    screen = Console(file=io.StringIO(), width=200)
+    progress = cli._Progress(SimpleNamespace(update=screen.print), max_evals=10, max_time=None)
+    event = HumanSteered(source="steer", text="keep scratch files out of [/tmp] [bold]")
+    progress(event, RunState())
+    assert "keep scratch files out of [/tmp] [bold]" in screen.file.getvalue()
