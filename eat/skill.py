@@ -144,7 +144,9 @@ def held(state: RunState) -> tuple[list[tuple[str, list[str]]], int]:
             ok = lesson.scored.helped
         else:
             assert lesson.new is not None  # a lesson is a new best or a scored restructure
-            new, old = lesson.new.estimate, lesson.old.estimate if lesson.old else None
+            # The lesson keeps the candidates as they were then; re-times replaced them since.
+            now = {c.cid: state.candidates[c.cid].estimate for c in (lesson.new, lesson.old) if c}
+            new, old = now[lesson.new.cid], now[lesson.old.cid] if lesson.old else None
             ok = new is not None and (old is None or new > old)
         if ok:
             kept.append((text, ids))

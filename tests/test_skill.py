@@ -306,3 +306,21 @@ def test_llm_coder_and_supervisor_prompts_carry_the_skill(
         assert "A skill learned by an earlier run on this target (SKILL.md)" in prompt
         assert "# Making cpu_matmul faster" in prompt and f"{best.candidate} (team" in prompt
         assert "name: eat-cpu-matmul" not in prompt  # the front matter stays out
+
+
+def test_a_new_best_that_a_retime_put_below_what_it_beat_is_not_a_lesson_that_held():
+    from test_rules import History
+
+    from eat.events import EliteRetimed
+    from eat.skill import held
+
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 2.0, TILE=0)
+    h.eval("coordinate-1", 2.5, TILE=16)  # a new best over c0001 ...
+    h.eval("coordinate-1", 3.0, TILE=32)  # ... and one over c0002
+    for t in (1.8, 1.9):
+        h.add(EliteRetimed(candidate="c0003", speedup=t))  # c0003 is 1.90x by its median now
+    kept, dropped = held(h.state)
+    texts = [t for t, _ in kept]
+    assert any("(c0002 over c0001)" in t for t in texts)
+    assert not any("(c0003 over c0002)" in t for t in texts) and dropped == 1
