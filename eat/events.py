@@ -298,6 +298,14 @@ def speedup_text(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def clip(text: str, most: int = 160) -> str:
+    """`text` cut to `most` characters at a word's end, marked: a knob list cut mid-name
+    read as a knob that does not exist."""
+    if len(text) <= most:
+        return text
+    return text[: most - 2].rsplit(" ", 1)[0].rstrip(",;") + " …"
+
+
 def verdict_text(e: RestructureScored) -> str:
     """A scored restructure's verdict as every document says it: judged against the run's best
     when it was made (by the time it is judged, other teams' work may have raised the run's

@@ -7,21 +7,13 @@ merged into one line that still cites their candidates; nothing is cut off the e
 
 from __future__ import annotations
 
-from eat.events import speedup_text, verdict_text
+from eat.events import clip, speedup_text, verdict_text
 from eat.merge import merge_write
 from eat.state import RunState
 from eat.target import Target
 
 BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 CAP_CHARS = 6000
-
-
-def clip(text: str, most: int = 160) -> str:
-    """`text` cut to `most` characters at a word's end, marked: a knob list cut mid-name
-    read as a knob that does not exist."""
-    if len(text) <= most:
-        return text
-    return text[: most - 2].rsplit(" ", 1)[0].rstrip(",;") + " …"
 
 
 def _diff(new: dict, old: dict) -> str:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from eat import learning
 from eat.errors import BadInput, read_file
-from eat.events import speedup_text
+from eat.events import clip, speedup_text
 from eat.state import Candidate, RunState, known_estimate
 from eat.target import Target, load_target
 from eat.workspace import Workspace, write_atomic
@@ -190,7 +190,7 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
     description = (
         f"What eat learned making {target.name} {goal}: best "
         f"{speedup_text(best.estimate)} {target.metric_name} over its baseline "
-        f"({best.what[:200]}) after {state.spent_evals} evaluations. Use when optimizing "
+        f"({clip(best.what, 200)}) after {state.spent_evals} evaluations. Use when optimizing "
         f"{target.name} or a {'program' if target.grader else 'kernel'} with the same knobs; "
         f"`eat start {target.name} --skill SKILL.md` starts from its configurations."
     )
@@ -238,7 +238,7 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
         f"{best.cid} (team {best.team}): {speedup_text(best.estimate)} over the baseline"
         + (f", {best.gflops:.1f} GFLOP/s" if best.gflops else "")
         + (f" (the vendor library: {best.vendor_gflops:.1f} GFLOP/s)" if best.vendor_gflops else "")
-        + f"; {best.what[:300]}",
+        + f"; {clip(best.what, 300)}",
     ]
     ideas = _key_ideas(best, target)
     if ideas:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from eat.agents.base import Proposal, Worker
 from eat.agents.llm import AttemptError
 from eat.context import RunContext
-from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted
+from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted, clip
 from eat.notes import commit_step, write_notes
 from eat.runners.base import Evaluation, source_hash
 from eat.state import RunState, Team
@@ -135,7 +135,7 @@ class Turn:
             f"{cid} {team.id}: {ev.status} "
             + (f"{ev.speedup:.2f}x" if ev.speedup else ev.message[:80])
             + (" (new best)" if new_best else "")
-            + f" [{proposal.idea[:100]}]",
+            + f" [{clip(proposal.idea, 100)}]",
             [team.id],
             cid,
         )

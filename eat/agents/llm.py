@@ -19,6 +19,7 @@ import eat.teams
 from eat.agents.base import PlanItem, Proposal, start_candidate
 from eat.agents.parse import correction_message, parse_reply
 from eat.errors import EatError
+from eat.events import clip
 from eat.llm import LLMClient
 from eat.runners.base import Evaluation, source_hash
 from eat.state import Candidate, RunState, Team
@@ -92,7 +93,7 @@ def _known(state: RunState, cid: str) -> str:
     """A candidate as a repeating team is told about it: id, result, what it tried."""
     c = state.candidates[cid]
     result = f"{c.estimate:.2f}x" if c.estimate is not None else c.status
-    return f"{cid} by {c.team} ({result}: {c.what[:120]})"
+    return f"{cid} by {c.team} ({result}: {clip(c.what, 120)})"
 
 
 def _takes_cache_markers(model: str) -> bool:
