@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from eat.events import clip, speedup_text, verdict_text
 from eat.merge import merge_write
-from eat.state import RunState
+from eat.state import Candidate, RunState, spread
 from eat.target import Target
 
 BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
@@ -19,6 +19,13 @@ CAP_CHARS = 6000
 def _diff(new: dict, old: dict) -> str:
     changed = [f"{k} {old.get(k)} -> {v}" for k, v in new.items() if old.get(k) != v]
     return ", ".join(changed) or "same knobs (timing noise)"
+
+
+def _steadier(new: Candidate, old: Candidate, new_x, old_x) -> str:
+    """Why a best of a lower figure leads: the run ranks by the figure less its spread."""
+    if new_x is None or old_x is None or new_x > old_x:
+        return ""
+    return f", steadier (±{spread(new):.0%} against ±{spread(old):.0%})"
 
 
 def _cites(ids: list[str], most: int = 8) -> str:
@@ -36,15 +43,12 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
                 text = (
                     f"first working candidate {new.cid}: {speedup_text(new_x)} ({clip(new.what)})"
                 )
-            elif new.knobs or old.knobs:
-                text = (
-                    f"{_diff(new.knobs, old.knobs)}: {speedup_text(old_x)} -> "
-                    f"{speedup_text(new_x)} ({new.cid} over {old.cid})"
-                )
             else:
+                what = _diff(new.knobs, old.knobs) if new.knobs or old.knobs else None
                 text = (
-                    f"{clip(new.idea) or 'a new source'}: {speedup_text(old_x)} -> "
-                    f"{speedup_text(new_x)} ({new.cid} over {old.cid})"
+                    f"{what or clip(new.idea) or 'a new source'}: {speedup_text(old_x)} -> "
+                    f"{speedup_text(new_x)}{_steadier(new, old, new_x, old_x)} "
+                    f"({new.cid} over {old.cid})"
                 )
         else:
             s = lesson.scored

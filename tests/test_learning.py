@@ -125,3 +125,12 @@ def test_a_restructure_that_did_not_help_is_judged_against_the_best_of_its_momen
         "- restructure (fork coordinate-3) did not help: its teams did not beat the run's best "
         "when it was made, 2.00x (3.00x when judged)\n" in render(h.state, TARGET)
     )
+
+
+def test_a_best_of_a_lower_figure_says_it_leads_by_being_steadier():
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 3.0, noise=0.20, TILE=0)
+    h.eval("coordinate-1", 2.9, noise=0.01, TILE=16)  # ranked by the figure less its spread
+    assert h.state.best.cid == "c0002"
+    text = render(h.state, TARGET)
+    assert "TILE 0 -> 16: 3.00x -> 2.90x, steadier (±1% against ±20%) (c0002 over c0001)" in text
