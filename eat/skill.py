@@ -161,9 +161,9 @@ def _key_ideas(best: Candidate, target: Target) -> list[str]:
     for name, knob in target.knobs.items():
         value = best.knobs.get(name)
         if value is not None and str(value) != str(knob.values[0]):
-            about = " ".join(knob.help.split())
             lines.append(
-                f"{name}={value} (baseline {knob.values[0]})" + (f": {about}" if about else "")
+                f"{name}={value} (baseline {knob.values[0]})"
+                + (f": {knob.help}" if knob.help else "")
             )
     return lines
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from eat.errors import TargetError
 from eat.runners.cabi import C_TYPES
@@ -126,6 +126,13 @@ class Knob(_Strict):
         "rewrites the value of the baseline's line `NAME = value  # eat:knob [...]`.",
     )
     help: str = Field("", description="What the knob changes, for people and prompts.")
+
+    @field_validator("help")
+    @classmethod
+    def _one_line(cls, text: str) -> str:
+        # A TOML multi-line string breaks lines where its author wrapped them: the prompts,
+        # SKILL.md and the report quote it inline.
+        return " ".join(text.split())
 
 
 class Build(_Strict):

@@ -101,3 +101,12 @@ def test_parse_signature_refuses(sig):
 )
 def test_eval_expr(expr, value):
     assert eval_expr(expr, {"M": 3, "N": 4, "K": 5}) == value
+
+
+def test_a_knobs_help_wrapped_over_lines_reads_as_one_line():
+    """Prompts, SKILL.md and the report quote it inline (cpu_matmul's TILE help broke mid-line)."""
+    target = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
+    raw = (target.root / "target.toml").read_text()
+    assert "Micro-kernel: depth of the\nk blocks" in raw  # wrapped by its author
+    assert "depth of the k blocks. 0 disables blocking." in target.knobs["TILE"].help
+    assert all("\n" not in k.help and "  " not in k.help for k in target.knobs.values())
