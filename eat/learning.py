@@ -21,6 +21,16 @@ def _diff(new: dict, old: dict) -> str:
     return ", ".join(changed) or "same knobs (timing noise)"
 
 
+def _handover(retimed: Candidate, new: Candidate, old, new_x, old_x) -> str:
+    """A re-time changed who leads: the re-timed candidate took the lead, or lost it."""
+    timed = f"{retimed.cid}, timed again ({len(retimed.measurements)} measurements, now " + (
+        f"{speedup_text(retimed.estimate)})" if retimed.estimate is not None else "failing)"
+    )
+    if retimed.cid == new.cid:
+        return f"{timed}, leads: {speedup_text(new_x)} against {old.cid}'s {speedup_text(old_x)}"
+    return f"{timed}, no longer leads: {new.cid} does, at {speedup_text(new_x)}"
+
+
 def _steadier(new: Candidate, old: Candidate, new_x, old_x) -> str:
     """Why a best of a lower figure leads: the run ranks by the figure less its spread."""
     if new_x is None or old_x is None or new_x > old_x:
@@ -39,7 +49,9 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
     for lesson in state.lesson_log:
         new, old, new_x, old_x = lesson.new, lesson.old, lesson.new_x, lesson.old_x
         if new is not None:
-            if old is None:
+            if lesson.retimed is not None:
+                text = _handover(lesson.retimed, new, old, new_x, old_x)
+            elif old is None:
                 text = (
                     f"first working candidate {new.cid}: {speedup_text(new_x)} ({clip(new.what)})"
                 )
@@ -62,6 +74,7 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
     """Per knob: the best value with its evidence; dead ends; values never tried."""
     effects, dead, untried = [], [], []
     best = state.best_speedup or 0.0
+    lead = state.best
     for name, knob in target.knobs.items():
         rows = []
         for value in knob.values:
@@ -69,6 +82,10 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
             now = state.candidates[cid].estimate if cid in state.candidates else None
             if now is not None:  # its figure now, re-times included, as the rest of the file
                 top = now
+            # A re-time may have put the cited candidate below the run's best, which the stats
+            # (kept as candidates land) do not follow; its own values cite it.
+            if lead and str(lead.knobs.get(name)) == str(value) and (top is None or best > top):
+                top, cid = best, lead.cid
             if tries == 0:
                 untried.append(f"{name}={value}")
             elif top is not None:

@@ -244,7 +244,8 @@ class Usage:
 @dataclass
 class Lesson:
     """Something the run learned, with the candidates it rests on: a new best (`new` over
-    `old`, their values then), or a scored restructure (`scored`, and what it did)."""
+    `old`, their values then; `retimed`: the candidate whose re-time handed the lead over, as
+    it was then), or a scored restructure (`scored`, and what it did)."""
 
     ids: list[str]
     new: Candidate | None = None
@@ -253,6 +254,7 @@ class Lesson:
     old_x: float | None = None
     scored: RestructureScored | None = None
     what: str = ""
+    retimed: Candidate | None = None
 
 
 @dataclass
@@ -575,7 +577,8 @@ class RunState:
         c = self.candidates.get(e.candidate)
         if c is None:
             return
-        was_best = c is self.best
+        previous = self.best
+        was_best = c is previous
         if e.status != "ok" or e.speedup is None:
             c = replace(c, failed_retime=True)
         else:
@@ -591,6 +594,19 @@ class RunState:
         team = self.teams.get(c.team)
         if team and team.best_id == c.cid and c.estimate is None:
             team.best_id = None
+        new = self.best
+        if previous is not None and new is not None and new.cid != previous.cid:
+            old = self.candidates[previous.cid]  # as it stands now: re-timed, if it was
+            self._lesson(
+                Lesson(
+                    list(dict.fromkeys([new.cid, old.cid, c.cid])),
+                    new=new,
+                    old=old,
+                    new_x=new.estimate,
+                    old_x=old.estimate,
+                    retimed=c,
+                )
+            )
         if was_best:
             # Measured against the elite's honest value, a later candidate may have been a real
             # gain that the lucky first measurement hid: the run last improved with it.

@@ -134,3 +134,26 @@ def test_a_best_of_a_lower_figure_says_it_leads_by_being_steadier():
     assert h.state.best.cid == "c0002"
     text = render(h.state, TARGET)
     assert "TILE 0 -> 16: 3.00x -> 2.90x, steadier (±1% against ±20%) (c0002 over c0001)" in text
+
+
+def test_a_retime_that_hands_the_lead_over_is_a_lesson_and_the_knobs_follow():
+    from eat.events import EliteRetimed
+
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 2.0, noise=0.01, TILE=0)
+    h.eval("coordinate-1", 2.3, noise=0.20, TILE=16)  # higher, but too noisy to lead yet
+    assert h.state.best.cid == "c0001"
+    h.add(EliteRetimed(candidate="c0002", speedup=2.3))  # its spread narrows: it leads
+    assert h.state.best.cid == "c0002"
+    h.eval("coordinate-1", 2.6, noise=0.01, TILE=16, UNROLL=2)  # a new best ...
+    h.add(EliteRetimed(candidate="c0003", speedup=1.8))  # ... timed again: 2.20x, leading
+    h.add(EliteRetimed(candidate="c0003", speedup=1.7))  # 1.80x: c0002 leads again
+    assert h.state.best.cid == "c0002"
+    text = render(h.state, TARGET)
+    assert (
+        "- c0002, timed again (2 measurements, now 2.30x), leads: 2.30x against c0001's 2.00x\n"
+        in text
+    )
+    assert "- c0003, timed again (3 measurements, now 1.80x), no longer leads: c0002 does" in text
+    # TILE=16's best was c0003 when it landed; the run's best, also TILE=16, is cited now
+    assert "TILE: best with 16 (2.30x, c0002); with 0 at most 2.00x (c0001)" in text
