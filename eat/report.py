@@ -510,9 +510,8 @@ def restructure_table(f: Facts) -> str:
     for x, e in f.restructures:
         s = f.scores.get(e.seq)
         if s is not None:
-            verdict = f'<b class="{"yes" if s.helped else "no"}">' + escape(
-                verdict_text(s)
-            ).replace(":", "</b>:", 1)
+            head, _, why = verdict_text(s).partition(": ")  # "helped" / "did not help": why
+            verdict = f'<b class="{"yes" if s.helped else "no"}">{head}</b>: {escape(why)}'
         elif e.seq not in waiting:  # retires, and rebalances that raised no team's share
             verdict = "not scored: it changed no team whose results could judge it"
         elif f.stopped is not None:

@@ -145,8 +145,8 @@ def held(state: RunState) -> tuple[list[tuple[str, list[str]]], int]:
         else:
             assert lesson.new is not None  # a lesson is a new best or a scored restructure
             # The lesson keeps the candidates as they were then; re-times replaced them since.
-            now = {c.cid: state.candidates[c.cid].estimate for c in (lesson.new, lesson.old) if c}
-            new, old = now[lesson.new.cid], now[lesson.old.cid] if lesson.old else None
+            new = state.candidates[lesson.new.cid].estimate
+            old = state.candidates[lesson.old.cid].estimate if lesson.old else None
             ok = new is not None and (old is None or new > old)
         if ok:
             kept.append((text, ids))

@@ -151,12 +151,13 @@ def test_every_help_text_reaches_the_user_whole():
             if hasattr(cmd, "commands"):
                 yield from commands(cmd, (*path, name))
 
+    every = list(commands(typer.main.get_command(app)))
     texts = [
         (path, p.name, p.help)
-        for path, cmd in commands(typer.main.get_command(app))
+        for path, cmd in every
         for p in cmd.params
         if getattr(p, "help", None)
-    ] + [(path, None, cmd.help) for path, cmd in commands(typer.main.get_command(app))]
+    ] + [(path, None, cmd.help) for path, cmd in every]
     assert len(texts) > 50
     eaten = [(p, n, t) for p, n, t in texts if t and re.search(r"(?<!\\)\[[a-z][\w,-]*\]", t)]
     assert not eaten
