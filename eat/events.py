@@ -155,6 +155,9 @@ class EliteRetimed(_Event):
     candidate: str
     speedup: float | None = Field(description="The new measurement (None: it failed now).")
     status: str = "ok"
+    score: float | None = Field(
+        None, description="Program targets: the metric's median in this grading."
+    )
 
 
 class PlateauDetected(_Event):
@@ -353,7 +356,12 @@ def describe(e: Event) -> str:
             what += f" (score {e.score:.4g})" if e.score is not None else ""
             return f"{e.candidate} by {e.team}: {e.status} {what} ({knobs or e.idea})"
         case EliteRetimed():
-            return f"elite {e.candidate} re-timed: {e.status} {speedup_text(e.speedup)}"
+            if e.score is None:
+                return f"elite {e.candidate} re-timed: {e.status} {speedup_text(e.speedup)}"
+            return (  # a program target's candidate is graded, not timed
+                f"elite {e.candidate} graded again: {e.status} {speedup_text(e.speedup)} "
+                f"(score {e.score:.4g})"
+            )
         case PlateauDetected():
             who = f"team {e.team}" if e.team else "run"
             return f"plateau ({e.kind}) of {who}: {e.message}"

@@ -23,7 +23,8 @@ def _diff(new: dict, old: dict) -> str:
 
 def _handover(retimed: Candidate, new: Candidate, old, new_x, old_x) -> str:
     """A re-time changed who leads: the re-timed candidate took the lead, or lost it."""
-    timed = f"{retimed.cid}, timed again ({len(retimed.measurements)} measurements, now " + (
+    again = "timed again" if retimed.score is None else "graded again"  # a program is graded
+    timed = f"{retimed.cid}, {again} ({len(retimed.measurements)} measurements, now " + (
         f"{speedup_text(retimed.estimate)})" if retimed.estimate is not None else "failing)"
     )
     if retimed.cid == new.cid:

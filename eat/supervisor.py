@@ -96,7 +96,10 @@ def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed | None:
         ctx.halt = Stop(e.code, str(e))
         return None
     before = ctx.state.best
-    event = ctx.record(EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status))
+    score = ev.score.median if ev.score else None
+    event = ctx.record(
+        EliteRetimed(candidate=elite.cid, speedup=ev.speedup, status=ev.status, score=score)
+    )
     best = ctx.state.best
     if best is not None and (before is None or best.cid != before.cid):  # the lead passed
         ctx.ws.set_best(best.team, best.cid)

@@ -157,3 +157,26 @@ def test_a_retime_that_hands_the_lead_over_is_a_lesson_and_the_knobs_follow():
     assert "- c0003, timed again (3 measurements, now 1.80x), no longer leads: c0002 does" in text
     # TILE=16's best was c0003 when it landed; the run's best, also TILE=16, is cited now
     assert "TILE: best with 16 (2.30x, c0002); with 0 at most 2.00x (c0001)" in text
+
+
+def test_a_program_candidate_graded_again_is_said_to_be_graded_not_timed():
+    from eat.events import CandidateEvaluated, EliteRetimed, describe
+
+    h = History("coordinate-1")
+    for n, (gain, noise, score) in enumerate([(2.0, 0.01, 50.0), (2.3, 0.20, 57.5)], 1):
+        h.add(
+            CandidateEvaluated(
+                candidate=f"c{n:04d}",
+                team="coordinate-1",
+                source_hash=f"h{n}",
+                status="ok",
+                speedup=gain,
+                noise=noise,
+                knobs={"K": n},
+                score=score,
+            )
+        )
+    retime = h.add(EliteRetimed(candidate="c0002", speedup=2.3, score=57.4))
+    assert h.state.best.cid == "c0002"
+    assert describe(retime) == "elite c0002 graded again: ok 2.30x (score 57.4)"
+    assert "- c0002, graded again (2 measurements, now 2.30x), leads" in render(h.state, TARGET)

@@ -342,6 +342,10 @@ def test_the_pendulum_example_run_offline_beats_its_baseline_on_held_out_episode
     # the baseline's mean return is about -490 on the held-out episodes, a tuned one's -150
     assert held["status"] == "ok" and held["baseline_score"] < -400
     assert held["score"] > -250 and held["gain"] > 1.6
+    # its leaders are graded again, and the documents say so (not "re-timed": nothing is timed)
+    evolution = (ws / "EVOLUTION.md").read_text()
+    assert "graded again: ok" in evolution and "re-timed" not in evolution
+    assert "timed again" not in (ws / "LEARNING.md").read_text()
 
 
 def test_a_program_of_several_files_is_one_bundle_its_knobs_anywhere_in_it(toy, tmp_path):

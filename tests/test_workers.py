@@ -42,6 +42,7 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # instead of once: the first 29 events are the same; the 30th re-times c0003 a second time.
     # Rewritten when a retire that makes room said how stale the team is instead of "gained
     # nothing in its last N candidates" (false for N = 0): two reasons' text, nothing else.
+    # Rewritten when a re-time recorded a program's score: its two re-times gained "score": null.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]
