@@ -319,17 +319,34 @@ class RunConfig(BaseModel):
         return self
 
 
-def _first_error(e: ValidationError) -> str:
+# The options `eat start` and `eat resume` take as flags: a bad value names the flag the user
+# typed beside the field (tests/test_cli.py holds the list to the CLI's options).
+FLAGGED = (
+    *("model", "seed", "max_evals", "max_time_s", "max_cost_usd", "api_base"),
+    *("supervisor_model", "max_llm_calls", "workers", "executor", "ray_address", "agent"),
+    "agent_command",
+)
+
+
+def flag(field: str) -> str:
+    """The CLI flag of an option in FLAGGED: its name less a unit, dashed (--max-time)."""
+    return "--" + field.removesuffix("_s").removesuffix("_usd").replace("_", "-")
+
+
+def _first_error(e: ValidationError, flags: bool = False) -> str:
     err = e.errors()[0]
-    return f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
+    where = ".".join(map(str, err["loc"]))
+    if flags and where in FLAGGED:
+        where += f" ({flag(where)})"
+    return f"{where}: {err['msg']}"
 
 
 def make_config(**fields) -> RunConfig:
-    """A RunConfig from options; raises BadInput naming the bad option."""
+    """A RunConfig from options; raises BadInput naming the bad option (and its flag)."""
     try:
         return RunConfig.model_validate(fields)
     except ValidationError as e:
-        raise BadInput(f"option {_first_error(e)}") from None
+        raise BadInput(f"option {_first_error(e, flags=True)}") from None
 
 
 def settings_file(path: Path | None) -> dict:

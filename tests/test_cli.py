@@ -45,6 +45,24 @@ def test_malformed_target_names_file_and_field(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+def test_a_bad_option_names_the_flag_the_user_typed(tmp_path):
+    import typer.main
+
+    from eat.cli import app
+    from eat.config import FLAGGED, flag
+
+    ws = tmp_path / "ws"
+    _one_line_error(
+        eat("start", str(MATMUL), "-w", str(ws), "--max-time", "-5"),
+        "max_time_s (--max-time)",
+        "greater than 0",
+    )
+    assert not ws.exists()
+    # every option named by its flag is one `eat start` takes
+    start = typer.main.get_command(app).commands["start"]
+    assert {flag(f) for f in FLAGGED} <= {o for p in start.params for o in p.opts}
+
+
 @pytest.mark.slow
 def test_eval_baseline_json_is_ok_with_speedup_near_one():
     done = eat("eval", str(MATMUL), str(MATMUL / "baseline.c"), "--json")
