@@ -157,6 +157,29 @@ def test_a_climb_tries_the_nearest_values_of_a_knob_first():
     assert p.knobs["TILE"] in (32, 128) and differs(p.knobs, knobs(tile=64)) == 1
 
 
+def test_a_climb_with_no_start_climbs_from_the_runs_best_and_a_forked_one_from_its_start():
+    h = History("coordinate-1", "model-2")
+    h.eval("coordinate-1", 2.0, **knobs(tile=64))
+    h.eval("model-2", 30.0, **knobs("IKJ", 64, 4, "-O3 -march=native", 6, 16, 2))
+    agent = OfflineAgent(TARGET, seed=0)
+    p = agent.propose(h.state.teams["coordinate-1"], h.state)
+    assert p.parent == "c0002"  # the model's find, not its own worse best
+    assert differs(p.knobs, h.state.candidates["c0002"].knobs) == 1
+
+    h.add(
+        TeamSpawned(
+            team="coordinate-3",
+            preset="coordinate",
+            strategy="coordinate",
+            directive="d",
+            start_from="c0001",
+        )
+    )
+    p = agent.propose(h.state.teams["coordinate-3"], h.state)
+    assert p.parent == "c0001"  # a fork keeps to the region it was sent to
+    assert differs(p.knobs, knobs(tile=64)) == 1
+
+
 def test_the_model_learns_which_knobs_matter():
     """Three knobs, only the first of which changes the speedup: the fit gives the other two
     the widest width (they hardly matter) and the first a narrow one, so its picks vary the

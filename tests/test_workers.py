@@ -43,6 +43,8 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # Rewritten when a retire that makes room said how stale the team is instead of "gained
     # nothing in its last N candidates" (false for N = 0): two reasons' text, nothing else.
     # Rewritten when a re-time recorded a program's score: its two re-times gained "score": null.
+    # Rewritten when a climb with no start began to climb from the run's best, not only its own:
+    # the first 7 events are the same; the 8th is coordinate-1's climb from the explorer's c0003.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]

@@ -99,13 +99,13 @@ class OfflineAgent:
     # -- helpers -----------------------------------------------------------------------------
 
     def _center(self, team: Team, state: RunState) -> tuple[dict[str, Any], str | None]:
-        """Where a local strategy searches from: the better of the team's best and the candidate
-        it was started from, else the baseline."""
-        options = [
-            c
-            for c in (team.best, state.candidates.get(team.start_from or ""))
-            if c is not None and c.estimate is not None
-        ]
+        """Where a local strategy searches from: the best of its own best and the candidate it
+        was started from or, for a team given no start, the run's best, else the baseline."""
+        # A team with no start climbs from whatever any team found best: on real spaces the
+        # surrogate's and the explorer's finds are far better centres than the baseline's.
+        # A forked team keeps to the region it was sent to.
+        start = state.candidates.get(team.start_from) if team.start_from else state.best
+        options = [c for c in (team.best, start) if c is not None and c.estimate is not None]
         if not options:
             return defaults(self.target), None
         center = max(options, key=known_estimate)
