@@ -28,6 +28,9 @@ anew, and on a busy machine one slow baseline timing would otherwise make a fals
 Run from the repository root (about 4 s per program and pass on two cores):
     python bench/record_landscape.py [--target examples/cpu_matmul]
         [--out bench/landscapes/cpu_matmul.json] [--grid grid.json] [--passes 3] [--seed 0]
+`--grid` also takes a recorded landscape, to record its grid again on another machine:
+    python bench/record_landscape.py --grid bench/landscapes/cpu_matmul_vec.json \
+        --out bench/landscapes/cpu_matmul_vec_avx2.json
 """
 
 from __future__ import annotations
@@ -148,7 +151,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", type=Path, default=ROOT / "examples" / "cpu_matmul")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "landscapes" / "cpu_matmul.json")
-    ap.add_argument("--grid", type=Path, help="JSON object {knob: [values]} (default: GRID)")
+    ap.add_argument(
+        "--grid",
+        type=Path,
+        help="JSON object {knob: [values]}, or a recorded landscape, whose grid is taken (to "
+        "record it again on another machine); default: GRID",
+    )
     ap.add_argument("--seed", type=int, default=0, help="Seed of the timing orders.")
     ap.add_argument(
         "--passes",
@@ -160,6 +168,8 @@ def main() -> None:
 
     target = load_target(args.target)
     grid = json.loads(args.grid.read_text()) if args.grid else GRID
+    if isinstance(grid.get("configs"), list):  # a recorded landscape: the grid it was made of
+        grid = grid["knobs"]
     check_grid(target, grid)
     runner = runner_for(target, peaks=load_peaks(target.runner))
     if why := runner.unavailable(target):
