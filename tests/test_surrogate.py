@@ -20,14 +20,28 @@ def bump(knobs):
     return 1.0 + 3.0 * 0.5 ** ((knobs["A"] - 6) ** 2 + (knobs["B"] - 2) ** 2)
 
 
-def test_coverage_picks_the_untried_point_farthest_from_everything_measured():
+def test_coverage_picks_unused_values_then_the_point_farthest_from_everything_measured():
+    (first,) = surrogate.spread(SPACE, [{"A": 0, "B": 0}], random.Random(0), count=1)
+    assert first == {"A": 8, "B": 8}
     measured = [{"A": 0, "B": 0}, {"A": 8, "B": 8}]
+    # (8, 0) is farther from both but measures no new value; (1, 7) and (7, 1) measure two
     (first,) = surrogate.spread(SPACE, measured, random.Random(0), count=1)
-    assert first in ({"A": 8, "B": 0}, {"A": 0, "B": 8})
+    assert first in ({"A": 1, "B": 7}, {"A": 7, "B": 1})
     kept = surrogate.spread(
         SPACE, measured, random.Random(0), count=5, allowed=lambda k: k["A"] < 4
     )
     assert kept and all(k["A"] < 4 for k in kept) and all(k not in measured for k in kept)
+
+
+def test_coverage_measures_every_value_of_each_knob_before_it_repeats_one():
+    """Maximin alone keeps to the grid's boundary (here values 0, 4 and 2 only), so a good
+    value inside the range is never measured by the explorer."""
+    space = {k: list(range(5)) for k in "ABC"}
+    measured = [dict.fromkeys("ABC", 0)]
+    for _ in range(4):
+        (pick,) = surrogate.spread(space, measured, random.Random(0), count=1)
+        measured.append(pick)
+    assert all({m[k] for m in measured} == set(range(5)) for k in "ABC")
 
 
 def test_in_a_sampled_space_coverage_still_starts_at_the_far_corner():

@@ -45,6 +45,9 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # Rewritten when a re-time recorded a program's score: its two re-times gained "score": null.
     # Rewritten when a climb with no start began to climb from the run's best, not only its own:
     # the first 7 events are the same; the 8th is coordinate-1's climb from the explorer's c0003.
+    # Rewritten when the explorer took the least-measured knob values first: the first 5 events
+    # are the same; the 6th is the same far corner under a new idea's text, and the 7th, the
+    # explorer's second pick, measures values no candidate had used.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]

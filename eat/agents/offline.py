@@ -180,7 +180,8 @@ class OfflineAgent:
         return self._neighbours(team, state)
 
     def _explorer(self, team: Team, state: RunState) -> Proposal | None:
-        """The untried configuration farthest from everything measured (coverage)."""
+        """The untried configuration whose knob values were measured least often, farthest from
+        everything measured among those (coverage)."""
         space = {n: k.values for n, k in self.target.knobs.items()}
         measured = [defaults(self.target)] + [c.knobs for c in state.candidates.values() if c.knobs]
         avoided = self._avoided(team, state)
@@ -190,7 +191,7 @@ class OfflineAgent:
             p = self._offer(
                 knobs,
                 state,
-                "farthest from everything measured: "
+                "least-measured values, farthest from everything measured: "
                 + ", ".join(f"{k}={v}" for k, v in knobs.items()),
                 None,
                 team,

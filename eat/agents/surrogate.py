@@ -132,9 +132,9 @@ def spread(
     count: int = 8,
     allowed=lambda knobs: True,
 ) -> list[dict[str, Any]]:
-    """Up to `count` untried configurations that `allowed` accepts, farthest first from every
-    configuration measured (maximin in knob-index space, scaled to [0, 1]): coverage, so no
-    region stays unseen for long."""
+    """Up to `count` untried configurations that `allowed` accepts: those using the knob values
+    measured least often first, then farthest from every configuration measured (maximin in
+    knob-index space, scaled to [0, 1]): coverage, so no value and no region stays unseen."""
     scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
     point = _indexer(space)
     points = {p for k in observed if (p := point(k)) is not None}
@@ -148,12 +148,19 @@ def spread(
         return []
     if not points:
         return [knobs(p) for p in rng.sample(pool, min(count, len(pool)))]
-    xs, seen = np.array(pool) / scale, np.array(sorted(points)) / scale
+    grid, measured = np.array(pool), np.array(sorted(points))
+    # Maximin alone only ever picks the grid's boundary: on a landscape whose good values sit
+    # inside the range the explorer then measures the same few values again and again.
+    uses = sum(
+        np.bincount(measured[:, k], minlength=len(values))[grid[:, k]]
+        for k, values in enumerate(space.values())
+    )
+    xs, seen = grid / scale, measured / scale
     nearest = np.full(len(pool), np.inf)
     for start in range(0, len(seen), 2048):  # bounded memory on large histories
         nearest = np.minimum(nearest, _squared_distances(xs, seen[start : start + 2048]).min(1))
     jitter = np.array([rng.random() for _ in pool]) * 1e-9  # ties broken by the run's seed
-    return [knobs(pool[i]) for i in np.argsort(-(nearest + jitter), kind="stable")[:count]]
+    return [knobs(pool[i]) for i in np.lexsort((-(nearest + jitter), uses))[:count]]
 
 
 def suggest(
