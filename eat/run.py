@@ -465,6 +465,7 @@ def _loop(ctx: RunContext) -> Stop:
             ctx.ws.set_best(ctx.state.best.team, ctx.state.best.cid)
         learning.update(ctx.ws.paths.learning, ctx.state, ctx.target)
         ctx.ws.commit(f"run stopped: {stop}")
+        ctx.ws.pack()
     finally:
         ctx.ws.flush()
     return stop

@@ -55,23 +55,28 @@ def directive_of(text: str) -> str | None:
     return " ".join(str(value).split()) if value else None
 
 
-WRITES = ("modified", "created", "moved", "closed")  # watchdog's events that change a file
-
-
-def on_writes(noticed: Callable[[Path], None]):
-    """A watchdog handler that calls `noticed` (on the observer's thread) with each path a
-    write touched: created, changed, closed after writing, a rename's source and target.
-    Opens and reads are left out: eat's own (every rewrite reads) would wake its watchers."""
-    from watchdog.events import FileSystemEventHandler
+def watch_writes(observer: BaseObserver, folder: Path, noticed: Callable[[Path], None]) -> None:
+    """Have `observer` call `noticed` (on its thread) with each path a write in `folder` (not
+    its subfolders) touched: created, changed, closed after writing, a rename's source and
+    target. Opens and reads are left out by inotify's mask, not by a test here: every read of
+    these folders' files (eat's rewrites, git's commits) would otherwise reach Python as
+    events, which cost the run more CPU than its search."""
+    from watchdog.events import (
+        FileClosedEvent,
+        FileCreatedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+        FileSystemEventHandler,
+    )
 
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event):
-            if event.event_type in WRITES:
-                for p in (event.src_path, getattr(event, "dest_path", "")):
-                    if p:
-                        noticed(Path(os.fsdecode(p)))
+            for p in (event.src_path, getattr(event, "dest_path", "")):
+                if p:
+                    noticed(Path(os.fsdecode(p)))
 
-    return Handler()
+    writes = [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent]
+    observer.schedule(Handler(), str(folder), recursive=False, event_filter=writes)
 
 
 class Steering:
@@ -114,7 +119,7 @@ class Steering:
     def _watch(self, folder: Path) -> None:
         # One folder, not recursive: .git and the candidates' folders would flood the queue.
         assert self._observer is not None  # start() made it
-        self._observer.schedule(on_writes(self._noticed), str(folder), recursive=False)
+        watch_writes(self._observer, folder, self._noticed)
         self._watched.add(folder)
 
     def _watch_teams(self) -> None:

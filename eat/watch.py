@@ -26,7 +26,7 @@ from rich.text import Text
 from eat.events import Event, describe, speedup_text
 from eat.state import Candidate, RunState
 from eat.status import grader_of
-from eat.steer import on_writes
+from eat.steer import watch_writes
 from eat.workspace import LogReader, Paths, Workspace, read_key, tampered
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -178,17 +178,16 @@ def frame(view: RunView, running: bool) -> RenderableType:
 
 def _observe(paths: Paths, wake: threading.Event):
     """A watchdog observer that sets `wake` when the log or the lock file is written (our
-    own reads of the lock, in is_locked, do not wake us: on_writes leaves reads out)."""
+    own reads of the lock, in is_locked, do not wake us: watch_writes leaves reads out)."""
     from watchdog.observers import Observer
 
     wanted = {paths.history, paths.lock}
-    handler = on_writes(lambda path: wake.set() if path in wanted else None)
     observer = Observer()
     observer.daemon = True
     # Not recursive: the candidates' folders and .git would flood the observer.
     for folder in (paths.root, paths.state):
         if folder.is_dir():
-            observer.schedule(handler, str(folder), recursive=False)
+            watch_writes(observer, folder, lambda path: wake.set() if path in wanted else None)
     observer.start()
     return observer
 

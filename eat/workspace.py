@@ -318,7 +318,10 @@ class Workspace:
         with repo.config_writer() as cw:
             cw.set_value("user", "name", "eat")
             cw.set_value("user", "email", "eat@localhost")
-            cw.set_value("gc", "auto", "0")  # no pauses mid-run; `git gc` runs at stop
+            # git would start `git maintenance run --auto` after every commit: a process that
+            # cost as much as the commit itself (2.7 of 6 ms). The run packs once, at stop.
+            cw.set_value("maintenance", "auto", "false")
+            cw.set_value("gc", "autoDetach", "false")  # pack() returns when it is done
         ws._repo = repo
         return ws
 
@@ -504,6 +507,11 @@ class Workspace:
         if self._committer is None:
             self._committer = _Committer(self.repo)
         return self._committer
+
+    def pack(self) -> None:
+        """Pack loose objects once git finds too many (`git gc --auto`, after the queued
+        commits): a week-long run leaves one object file per blob, tree and commit otherwise."""
+        self.git_call(lambda repo: repo.git.gc("--auto", "--quiet"))
 
     def git_call(self, fn):
         """Run `fn(repo)` on the git thread after the queued commits, and return its result:

@@ -278,6 +278,27 @@ def test_best_is_replaced_whole_and_commits_read_as_history(ws):
     assert "history.jsonl" not in tracked and "best/candidate.c" in tracked
 
 
+def test_pack_packs_loose_objects_once_git_finds_too_many(ws):
+    """Commits start no `git maintenance` (it cost as much as the commit); the run packs at
+    stop, by git's own rule (`gc --auto`), so a long run does not leave a file per object."""
+
+    def loose() -> int:
+        counts = dict(line.split(": ") for line in ws.repo.git.count_objects("-v").splitlines())
+        return int(counts["count"])
+
+    assert ws.repo.config_reader().get_value("maintenance", "auto") is False
+    with ws.repo.config_writer() as cw:
+        cw.set_value("gc", "auto", "256")  # git's sample: over 1 loose object in objects/17/
+    for i in range(600):  # fixed contents, fixed object names: 3 of them land in objects/17/
+        ws.write_candidate("t-1", f"c{i:04d}", {"candidate.c": str(i)}, {"status": "ok"})
+    ws.commit("600 candidates")
+    ws.flush()
+    assert loose() > 600
+    ws.pack()
+    assert loose() == 0
+    assert ws.repo.git.show("HEAD:teams/t-1/candidates/c0599/candidate.c") == "599"
+
+
 def test_commits_queued_past_the_backlog_go_in_as_one_and_lose_nothing(ws):
     """When git falls behind (a commit costs more as the repository grows) the queued commits
     are made together: every file and every message still lands, in one commit."""

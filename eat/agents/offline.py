@@ -185,9 +185,8 @@ class OfflineAgent:
         space = {n: k.values for n, k in self.target.knobs.items()}
         measured = [defaults(self.target)] + [c.knobs for c in state.candidates.values() if c.knobs]
         avoided = self._avoided(team, state)
-        for knobs in surrogate.spread(
-            space, measured, self._rng(team, 0), allowed=lambda k: not avoided(k)
-        ):
+        allowed = (lambda k: not avoided(k)) if team.avoid else None
+        for knobs in surrogate.spread(space, measured, self._rng(team, 0), allowed=allowed):
             p = self._offer(
                 knobs,
                 state,
@@ -228,10 +227,11 @@ class OfflineAgent:
         start = state.candidates.get(team.start_from or "")
         radius = region_radius(len(space))
 
-        def allowed(knobs: dict) -> bool:  # a forked model searches its start's region only
+        def fenced(knobs: dict) -> bool:  # a forked model searches its start's region only
             near = start is None or differs(knobs, start.knobs) < radius
             return near and not avoided(knobs)
 
+        allowed = fenced if start is not None or team.avoid else None
         for knobs in surrogate.suggest(space, observed, self._rng(team, 0), allowed=allowed):
             p = self._offer(
                 knobs,

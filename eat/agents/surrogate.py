@@ -10,9 +10,10 @@ lists its values in is the one assumption (a larger tile next to a smaller one).
 
 from __future__ import annotations
 
-import itertools
+import functools
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -106,23 +107,54 @@ def _indexer(space: dict[str, list]):
     return point
 
 
+@functools.lru_cache(maxsize=8)
+def _grid(sizes: tuple[int, ...]) -> np.ndarray:
+    """Every configuration of a small space as index rows, in itertools.product's order."""
+    grid = np.indices(sizes).reshape(len(sizes), -1).T
+    grid.flags.writeable = False  # shared by every pick
+    return grid
+
+
 def _candidates(
     space: dict[str, list], tried: set, top: list[tuple], rng: random.Random, far: bool = False
-):
-    """Untried index tuples to score: every one in a small space; else a random sample plus
+) -> np.ndarray:
+    """Untried index rows to score: every one in a small space; else a random sample plus
     the one-knob neighbours of the best points and, if `far`, each tried point's antipode
     (every knob at the end of its list farther from it: the point farthest from it alone,
     which a sample seldom holds)."""
-    sizes = [len(v) for v in space.values()]
+    sizes = tuple(len(v) for v in space.values())
     if math.prod(sizes) <= ENUMERATE_UP_TO:
-        return [p for p in itertools.product(*map(range, sizes)) if p not in tried]
+        grid, untried = _grid(sizes), np.ones(math.prod(sizes), dtype=bool)
+        if tried:
+            untried[np.ravel_multi_index(np.array(list(tried)).T, sizes)] = False
+        return grid[untried]
     pool = {tuple(rng.randrange(n) for n in sizes) for _ in range(SAMPLES)}
     if far:
         pool.update(tuple(0 if 2 * i >= n - 1 else n - 1 for i, n in zip(p, sizes)) for p in tried)
     for p in top:
         for k, n in enumerate(sizes):
             pool.update(p[:k] + (v,) + p[k + 1 :] for v in range(n))
-    return sorted(pool - tried)
+    return np.array(sorted(pool - tried), dtype=int).reshape(-1, len(sizes))
+
+
+def _pool(
+    space: dict[str, list], tried: set, top: list[tuple], rng: random.Random, far: bool, allowed
+) -> np.ndarray:
+    """_candidates that `allowed` (None: all) accepts, as index rows."""
+    pool = _candidates(space, tried, top, rng, far)
+    if allowed is None:
+        return pool
+    names = list(space)
+    keep = [
+        i
+        for i, p in enumerate(pool.tolist())
+        if allowed({n: space[n][j] for n, j in zip(names, p)})
+    ]
+    return pool[keep]
+
+
+def _knobs(space: dict[str, list], p) -> dict[str, Any]:
+    return {n: space[n][int(j)] for n, j in zip(space, p)}
 
 
 def spread(
@@ -130,25 +162,21 @@ def spread(
     observed: list[dict],
     rng: random.Random,
     count: int = 8,
-    allowed=lambda knobs: True,
+    allowed: Callable[[dict], bool] | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to `count` untried configurations that `allowed` accepts: those using the knob values
-    measured least often first, then farthest from every configuration measured (maximin in
-    knob-index space, scaled to [0, 1]): coverage, so no value and no region stays unseen."""
+    """Up to `count` untried configurations that `allowed` accepts (None: any): those using the
+    knob values measured least often first, then farthest from every configuration measured
+    (maximin in knob-index space, scaled to [0, 1]): coverage, so no value and no region stays
+    unseen."""
     scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
     point = _indexer(space)
     points = {p for k in observed if (p := point(k)) is not None}
-    names = list(space)
-
-    def knobs(p: tuple[int, ...]) -> dict[str, Any]:
-        return {names[k]: space[names[k]][i] for k, i in enumerate(p)}
-
-    pool = [p for p in _candidates(space, points, [], rng, far=True) if allowed(knobs(p))]
-    if not pool:
+    grid = _pool(space, points, [], rng, True, allowed)
+    if not len(grid):
         return []
     if not points:
-        return [knobs(p) for p in rng.sample(pool, min(count, len(pool)))]
-    grid, measured = np.array(pool), np.array(sorted(points))
+        return [_knobs(space, grid[i]) for i in rng.sample(range(len(grid)), min(count, len(grid)))]
+    measured = np.array(sorted(points))
     # Maximin alone only ever picks the grid's boundary: on a landscape whose good values sit
     # inside the range the explorer then measures the same few values again and again.
     uses = sum(
@@ -156,11 +184,11 @@ def spread(
         for k, values in enumerate(space.values())
     )
     xs, seen = grid / scale, measured / scale
-    nearest = np.full(len(pool), np.inf)
+    nearest = np.full(len(grid), np.inf)
     for start in range(0, len(seen), 2048):  # bounded memory on large histories
         nearest = np.minimum(nearest, _squared_distances(xs, seen[start : start + 2048]).min(1))
-    jitter = np.array([rng.random() for _ in pool]) * 1e-9  # ties broken by the run's seed
-    return [knobs(pool[i]) for i in np.lexsort((-(nearest + jitter), uses))[:count]]
+    jitter = np.array([rng.random() for _ in range(len(grid))]) * 1e-9  # ties: the run's seed
+    return [_knobs(space, grid[i]) for i in np.lexsort((-(nearest + jitter), uses))[:count]]
 
 
 def suggest(
@@ -169,9 +197,10 @@ def suggest(
     rng: random.Random,
     bonus: float = BONUS,
     count: int = 8,
-    allowed=lambda knobs: True,
+    allowed: Callable[[dict], bool] | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to `count` untried configurations that `allowed` accepts, best acquisition first.
+    """Up to `count` untried configurations that `allowed` accepts (None: any), best
+    acquisition first.
 
     `observed` is every (knobs, speedup or None when it failed) the run has seen; with fewer
     successes than knobs there is nothing to fit yet, and the picks are random.
@@ -186,22 +215,12 @@ def suggest(
         if p is not None:
             points.append(p)
             values.append(math.log(speedup) if speedup else worst - FAILED_PENALTY)
-    tried = set(points)
     order = sorted(range(len(points)), key=lambda i: -values[i])
-    names = list(space)
-
-    def knobs(p: tuple[int, ...]) -> dict[str, Any]:
-        return {names[k]: space[names[k]][i] for k, i in enumerate(p)}
-
-    pool = [
-        p
-        for p in _candidates(space, tried, [points[i] for i in order[:5]], rng)
-        if allowed(knobs(p))
-    ]
-    if not pool:
+    pool = _pool(space, set(points), [points[i] for i in order[:5]], rng, False, allowed)
+    if not len(pool):
         return []
     if len(ok) < max(3, len(space)):
-        picks = rng.sample(pool, min(count, len(pool)))
+        picks = rng.sample(range(len(pool)), min(count, len(pool)))
     else:
         fit = (
             order[:FIT_BEST] + rng.sample(order[FIT_BEST:], FIT_POINTS - FIT_BEST)
@@ -209,7 +228,7 @@ def suggest(
             else order
         )
         gp = GP(np.array([points[i] for i in fit]) / scale, np.array([values[i] for i in fit]))
-        mu, sd = gp.predict(np.array(pool) / scale)
+        mu, sd = gp.predict(pool / scale)
         score = mu + bonus * sd
-        picks = [pool[i] for i in np.argsort(-score, kind="stable")[:count]]
-    return [knobs(p) for p in picks]
+        picks = list(np.argsort(-score, kind="stable")[:count])
+    return [_knobs(space, pool[i]) for i in picks]
