@@ -48,6 +48,9 @@ GIT_IGNORED = [
 WORKTREE_IGNORED = ["*", "!.gitignore", "!candidate.*", "!NOTES.md"]
 # Queued git jobs past which the queued commits are made as one (see _Committer._work).
 BACKLOG = 8
+# Commits asked of the run's repository between two `git gc --auto`: a run that never stops
+# must not keep a loose file per object (some ten per candidate) for a week.
+PACK_EVERY = 256
 
 
 SOURCE_NAMES = {
@@ -509,9 +512,9 @@ class Workspace:
         return self._committer
 
     def pack(self) -> None:
-        """Pack loose objects once git finds too many (`git gc --auto`, after the queued
-        commits): a week-long run leaves one object file per blob, tree and commit otherwise."""
-        self.git_call(lambda repo: repo.git.gc("--auto", "--quiet"))
+        """Pack loose objects if git finds too many (`git gc --auto`), after the queued
+        commits; the git thread does it every PACK_EVERY commits too."""
+        self.git_call(_pack)
 
     def git_call(self, fn):
         """Run `fn(repo)` on the git thread after the queued commits, and return its result:
@@ -561,6 +564,10 @@ def _ignore(gitignore: Path, line: str) -> None:
         )
 
 
+def _pack(repo: git.Repo) -> None:
+    repo.git.gc("--auto", "--quiet")
+
+
 class _Committer:
     """One background thread that runs git jobs in order: `git add` + `git commit` of the run
     (or of a team's worktree), and calls that wait for their result."""
@@ -569,6 +576,7 @@ class _Committer:
         self.repo = repo
         self.jobs: queue.Queue = queue.Queue()
         self.error: Exception | None = None
+        self.unpacked = 0  # commits asked of `repo` since the last `git gc --auto`
         threading.Thread(target=self._work, name="eat-git", daemon=True).start()
 
     def submit(self, message: str, paths: list[str], repo: git.Repo | None = None) -> None:
@@ -613,6 +621,14 @@ class _Committer:
                         messages.append(job[0])
                         paths += job[1]
             self._commit(repo, messages, paths)
+            if repo is self.repo:
+                self.unpacked += len(messages)
+                if self.unpacked >= PACK_EVERY:
+                    self.unpacked = 0
+                    try:
+                        _pack(repo)
+                    except git.GitCommandError:
+                        pass  # a pack that failed loses nothing; the next one tries again
             for _ in messages:
                 self.jobs.task_done()
 

@@ -19,7 +19,7 @@ from eat.report import render
 from eat.run import resume_run, start_run
 from eat.status import run_status
 from eat.watch import RunView, watch
-from eat.workspace import BACKLOG, Workspace
+from eat.workspace import BACKLOG, PACK_EVERY, Workspace
 
 
 @pytest.fixture
@@ -278,25 +278,38 @@ def test_best_is_replaced_whole_and_commits_read_as_history(ws):
     assert "history.jsonl" not in tracked and "best/candidate.c" in tracked
 
 
-def test_pack_packs_loose_objects_once_git_finds_too_many(ws):
-    """Commits start no `git maintenance` (it cost as much as the commit); the run packs at
-    stop, by git's own rule (`gc --auto`), so a long run does not leave a file per object."""
+def test_loose_objects_are_packed_every_pack_every_commits_and_at_stop(ws):
+    """Commits start no `git maintenance` (it cost as much as the commit); the git thread runs
+    `git gc --auto` every PACK_EVERY commits and the run once at stop, so a run that goes for
+    a week does not keep a file per object."""
 
     def loose() -> int:
         counts = dict(line.split(": ") for line in ws.repo.git.count_objects("-v").splitlines())
         return int(counts["count"])
 
+    def candidates(first: int, n: int, message: str) -> None:
+        # Fixed contents, fixed object names: 3 of c0000-c0599's land in objects/17/.
+        for i in range(first, first + n):
+            ws.write_candidate("t-1", f"c{i:04d}", {"candidate.c": str(i)}, {"status": "ok"})
+        ws.commit(message)
+        ws.flush()
+
     assert ws.repo.config_reader().get_value("maintenance", "auto") is False
     with ws.repo.config_writer() as cw:
         cw.set_value("gc", "auto", "256")  # git's sample: over 1 loose object in objects/17/
-    for i in range(600):  # fixed contents, fixed object names: 3 of them land in objects/17/
-        ws.write_candidate("t-1", f"c{i:04d}", {"candidate.c": str(i)}, {"status": "ok"})
-    ws.commit("600 candidates")
+    candidates(0, 600, "600 candidates")
+    for i in range(PACK_EVERY - 2):
+        ws.commit(f"step {i}")
     ws.flush()
+    assert loose() > 600
+    ws.commit("the PACK_EVERY-th commit")
+    ws.flush()
+    assert loose() == 0
+    candidates(600, 600, "600 more")
     assert loose() > 600
     ws.pack()
     assert loose() == 0
-    assert ws.repo.git.show("HEAD:teams/t-1/candidates/c0599/candidate.c") == "599"
+    assert ws.repo.git.show("HEAD:teams/t-1/candidates/c1199/candidate.c") == "1199"
 
 
 def test_commits_queued_past_the_backlog_go_in_as_one_and_lose_nothing(ws):
