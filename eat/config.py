@@ -190,10 +190,10 @@ class RunConfig(BaseModel):
         None,
         min_length=1,
         description="Team presets spawned at the start, in the order their first turns go; "
-        "None: where the offline agent searches knobs, an explorer, a model team and a coordinate "
-        "climb (the explorer's first pick, the far corner of the space, is often near the top; "
-        "the model learns from it; bench/search_efficiency.py), and where agents write code, "
-        "a coordinate climb and an explorer.",
+        "None: where the offline agent searches knobs, a model team, an explorer and a "
+        "coordinate climb (the model's first picks are random, the explorer's first the far "
+        "corner of the space; bench/search_efficiency.py), and where agents write code, a "
+        "coordinate climb and an explorer.",
     )
     opening: int | None = Field(
         None,
@@ -277,7 +277,7 @@ class RunConfig(BaseModel):
         if self.teams:
             return self.teams
         return (
-            ["explorer", "model", "coordinate"] if self.knob_search else ["coordinate", "explorer"]
+            ["model", "explorer", "coordinate"] if self.knob_search else ["coordinate", "explorer"]
         )
 
     @property

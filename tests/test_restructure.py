@@ -361,9 +361,9 @@ def test_in_the_opening_explorers_of_equal_turns_also_play_in_spawn_order():
     assert pick_team(ctx).id == "explorer-10"
 
 
-def test_a_knob_search_starts_with_an_explorer_a_model_team_and_a_climb_and_no_opening():
+def test_a_knob_search_starts_with_a_model_team_an_explorer_and_a_climb_and_no_opening():
     offline = RunConfig(target="t")
-    assert offline.start_teams() == ["explorer", "model", "coordinate"]
+    assert offline.start_teams() == ["model", "explorer", "coordinate"]
     assert offline.opening_for(7) == 0  # the model's picks spread as they go
     chosen = RunConfig(target="t", teams=["coordinate", "explorer"])
     assert chosen.opening_for(7) == 14  # without a model, the explorer opens
