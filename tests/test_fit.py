@@ -229,6 +229,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow
 def test_tuple_elements_are_sizes_and_sizes_that_must_match_are_halved_together(tmp_path):
     """`input_shape = (8192,)`: its element is a parameter (input_shape_0). The forward
     broadcasts batch x dim against batch, so neither can be halved alone: both are, together."""

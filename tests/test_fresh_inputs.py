@@ -245,6 +245,7 @@ def test_a_python_targets_set_changed_on_disk_is_made_again(tmp_path):
     assert victim.read_bytes() == made
 
 
+@pytest.mark.slow
 def test_the_slow_baseline_is_timed_once_then_scaled_from_the_vendor():
     """On a target with a vendor, the first evaluation times both; the next ones time the
     candidate and the cheaper of the two (numpy's BLAS, not the naive loop) and scale the

@@ -6,7 +6,10 @@ import re
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_an_xdist_group_keeps_its_tests_on_one_worker(tmp_path):
     """The conformance tests of one candidate share a worker, so it is evaluated once, and the
     Ray tests share one so that one Ray instance runs at a time: a pytest and pytest-xdist
