@@ -144,16 +144,11 @@ def _pool(
     pool = _candidates(space, tried, top, rng, far)
     if allowed is None:
         return pool
-    names = list(space)
-    keep = [
-        i
-        for i, p in enumerate(pool.tolist())
-        if allowed({n: space[n][j] for n, j in zip(names, p)})
-    ]
-    return pool[keep]
+    return pool[[i for i, p in enumerate(pool.tolist()) if allowed(_knobs(space, p))]]
 
 
 def _knobs(space: dict[str, list], p) -> dict[str, Any]:
+    """An index row as the configuration it names."""
     return {n: space[n][int(j)] for n, j in zip(space, p)}
 
 
