@@ -1,12 +1,16 @@
 """The knob space's geometry: how far apart two configurations are (`differs`, in knobs;
-`region_radius`, where a region ends), and `KnobIndex`, every evaluated configuration in flat
-arrays for region queries over a long run (plateau.promising_regions)."""
+`region_radius`, where a region ends; `Fence`, where a team may pick), and `KnobIndex`, every
+evaluated configuration in flat arrays for region queries over a long run
+(plateau.promising_regions)."""
 
 from __future__ import annotations
 
 import math
 from array import array
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 class KnobIndex:
@@ -73,3 +77,36 @@ def differs(a: dict[str, Any], b: dict[str, Any]) -> int:
 def region_radius(knobs: int) -> int:
     """Configurations differing in fewer knobs than this are in the same region."""
     return max(2, (knobs + 1) // 2)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Where a team may pick: configurations within `radius` knobs of `near` (anywhere when
+    None) and not within it of any of `avoid` (region_radius's regions)."""
+
+    radius: int
+    near: dict[str, Any] | None = None
+    avoid: tuple[dict[str, Any], ...] = ()
+
+    def admits(self, knobs: dict[str, Any]) -> bool:
+        inside = self.near is None or differs(knobs, self.near) < self.radius
+        return inside and all(differs(knobs, r) >= self.radius for r in self.avoid)
+
+    def admits_rows(self, space: dict[str, list], rows: np.ndarray) -> np.ndarray:
+        """`admits` for each configuration of `space` given as a row of value indices, at once:
+        a searcher filters thousands of them a pick."""
+        ok = np.ones(len(rows), dtype=bool)
+        if self.near is not None:
+            ok &= _differs_rows(space, rows, self.near) < self.radius
+        for r in self.avoid:
+            ok &= _differs_rows(space, rows, r) >= self.radius
+        return ok
+
+
+def _differs_rows(space: dict[str, list], rows: np.ndarray, config: dict[str, Any]) -> np.ndarray:
+    """differs(row's configuration, config) for each row of value indices into `space`."""
+    same = sum(
+        np.array([v == config.get(name) for v in values], dtype=bool)[rows[:, k]]
+        for k, (name, values) in enumerate(space.items())
+    )
+    return len(space) - same + sum(name not in space for name in config)

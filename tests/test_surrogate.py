@@ -3,12 +3,13 @@
 import random
 from pathlib import Path
 
+import numpy as np
 from history import History
 
 from eat.agents import surrogate
 from eat.agents.offline import OfflineAgent
 from eat.events import TeamSpawned
-from eat.knobspace import differs
+from eat.knobspace import Fence, differs
 from eat.target import load_target
 
 SPACE = {"A": list(range(9)), "B": list(range(9))}
@@ -27,10 +28,10 @@ def test_coverage_picks_unused_values_then_the_point_farthest_from_everything_me
     # (8, 0) is farther from both but measures no new value; (1, 7) and (7, 1) measure two
     (first,) = surrogate.spread(SPACE, measured, random.Random(0), count=1)
     assert first in ({"A": 1, "B": 7}, {"A": 7, "B": 1})
-    kept = surrogate.spread(
-        SPACE, measured, random.Random(0), count=5, allowed=lambda k: k["A"] < 4
-    )
-    assert kept and all(k["A"] < 4 for k in kept) and all(k not in measured for k in kept)
+    fence = Fence(radius=2, near={"A": 1, "B": 1})  # A=1 or B=1
+    kept = surrogate.spread(SPACE, measured, random.Random(0), count=5, fence=fence)
+    assert len(kept) == 5 and all(1 in k.values() for k in kept)
+    assert all(k not in measured for k in kept)
 
 
 def test_coverage_measures_every_value_of_each_knob_before_it_repeats_one():
@@ -160,6 +161,24 @@ def test_an_explorer_keeps_out_of_the_regions_it_was_told_to_avoid():
         p = agent.propose(h.state.teams["explorer-2"], h.state)
         assert differs(p.knobs, h.state.candidates["c0001"].knobs) >= 4
         h.eval("explorer-2", 1.0, **p.knobs)
+
+
+def test_a_fence_admits_the_same_rows_at_once_as_one_configuration_at_a_time():
+    """Searchers filter thousands of index rows a pick through admits_rows; it must agree with
+    admits (differs) where values are TOML lists, and where a region sets a knob the space
+    lacks or lacks one the space has."""
+    space = {"A": list(range(4)), "F": [["-O2"], ["-O3"], ["-O3", "-ffast-math"]], "C": [1, 2]}
+    rows = np.indices([4, 3, 2]).reshape(3, -1).T
+    configs = [{n: space[n][j] for n, j in zip(space, r)} for r in rows]
+    rng = random.Random(0)
+    for _ in range(40):
+        near = rng.choice([None, rng.choice(configs)])
+        avoid = [dict(rng.choice(configs)) for _ in range(rng.randrange(3))]
+        for r in avoid[:1]:
+            r.pop(rng.choice(list(space)))  # a region that leaves a knob unset
+            r["D"] = 1  # and sets one the space lacks
+        fence = Fence(radius=rng.choice([1, 2, 3]), near=near, avoid=tuple(avoid))
+        assert list(fence.admits_rows(space, rows)) == [fence.admits(c) for c in configs]
 
 
 def test_a_climb_tries_the_nearest_values_of_a_knob_first():

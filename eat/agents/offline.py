@@ -19,7 +19,7 @@ from typing import Any
 
 from eat.agents import surrogate
 from eat.agents.base import Proposal
-from eat.knobspace import differs, region_radius
+from eat.knobspace import Fence, region_radius
 from eat.runners.base import source_hash
 from eat.skill import SkillData
 from eat.state import RunState, Team, known_estimate
@@ -111,12 +111,15 @@ class OfflineAgent:
         center = max(options, key=known_estimate)
         return {**defaults(self.target), **center.knobs}, center.cid
 
-    def _avoided(self, team: Team, state: RunState):
-        """A test of whether a configuration lies in a region the team was told to keep out
-        of (another team's optimum)."""
-        regions = [state.candidates[c].knobs for c in team.avoid if c in state.candidates]
-        radius = region_radius(len(self.target.knobs))
-        return lambda knobs: any(differs(knobs, r) < radius for r in regions)
+    def _fence(
+        self, team: Team, state: RunState, near: dict[str, Any] | None = None
+    ) -> Fence | None:
+        """Where the team may pick (None: anywhere): out of the regions it was told to keep out
+        of (other teams' optima) and, given `near`, inside that configuration's region."""
+        if near is None and not team.avoid:
+            return None
+        regions = tuple(state.candidates[c].knobs for c in team.avoid if c in state.candidates)
+        return Fence(region_radius(len(self.target.knobs)), near, regions)
 
     def _offer(
         self,
@@ -126,7 +129,8 @@ class OfflineAgent:
         parent: str | None,
         team: Team | None = None,
     ) -> Proposal | None:
-        if team is not None and team.avoid and self._avoided(team, state)(knobs):
+        fence = self._fence(team, state) if team is not None else None
+        if fence is not None and not fence.admits(knobs):
             return None
         key = tuple(knobs.items())
         if key not in self._rendered:  # the same configurations come up again and again
@@ -184,9 +188,8 @@ class OfflineAgent:
         everything measured among those (coverage)."""
         space = {n: k.values for n, k in self.target.knobs.items()}
         measured = [defaults(self.target)] + [c.knobs for c in state.candidates.values() if c.knobs]
-        avoided = self._avoided(team, state)
-        allowed = (lambda k: not avoided(k)) if team.avoid else None
-        for knobs in surrogate.spread(space, measured, self._rng(team, 0), allowed=allowed):
+        fence = self._fence(team, state)
+        for knobs in surrogate.spread(space, measured, self._rng(team, 0), fence=fence):
             p = self._offer(
                 knobs,
                 state,
@@ -223,16 +226,9 @@ class OfflineAgent:
         observed = [(defaults(self.target), 1.0)] + [
             (c.knobs, c.estimate) for c in state.candidates.values() if c.knobs
         ]
-        avoided = self._avoided(team, state)
-        start = state.candidates.get(team.start_from or "")
-        radius = region_radius(len(space))
-
-        def fenced(knobs: dict) -> bool:  # a forked model searches its start's region only
-            near = start is None or differs(knobs, start.knobs) < radius
-            return near and not avoided(knobs)
-
-        allowed = fenced if start is not None or team.avoid else None
-        for knobs in surrogate.suggest(space, observed, self._rng(team, 0), allowed=allowed):
+        start = state.candidates.get(team.start_from or "")  # a forked model keeps to its region
+        fence = self._fence(team, state, start.knobs if start is not None else None)
+        for knobs in surrogate.suggest(space, observed, self._rng(team, 0), fence=fence):
             p = self._offer(
                 knobs,
                 state,

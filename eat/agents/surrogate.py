@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from eat.knobspace import Fence
 
 BONUS = 2.0  # exploration: standard deviations added to the predicted mean
 NOISE = 0.05  # observation noise, in units of the standardized log speedup
@@ -145,13 +146,11 @@ def _candidates(
 
 
 def _pool(
-    space: dict[str, list], tried: set, top: list[tuple], rng: random.Random, far: bool, allowed
+    space: dict[str, list], tried: set, top: list[tuple], rng: random.Random, far: bool, fence
 ) -> np.ndarray:
-    """_candidates that `allowed` (None: all) accepts, as index rows."""
+    """_candidates that `fence` admits (None: all), as index rows."""
     pool = _candidates(space, tried, top, rng, far)
-    if allowed is None:
-        return pool
-    return pool[[i for i, p in enumerate(pool.tolist()) if allowed(_knobs(space, p))]]
+    return pool if fence is None else pool[fence.admits_rows(space, pool)]
 
 
 def _knobs(space: dict[str, list], p) -> dict[str, Any]:
@@ -164,16 +163,16 @@ def spread(
     observed: list[dict],
     rng: random.Random,
     count: int = 8,
-    allowed: Callable[[dict], bool] | None = None,
+    fence: Fence | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to `count` untried configurations that `allowed` accepts (None: any): those using the
+    """Up to `count` untried configurations that `fence` admits (None: any): those using the
     knob values measured least often first, then farthest from every configuration measured
     (maximin in knob-index space, scaled to [0, 1]): coverage, so no value and no region stays
     unseen."""
     scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
     point = _indexer(space)
     points = {p for k in observed if (p := point(k)) is not None}
-    grid = _pool(space, points, [], rng, True, allowed)
+    grid = _pool(space, points, [], rng, True, fence)
     if not len(grid):
         return []
     if not points:
@@ -199,9 +198,9 @@ def suggest(
     rng: random.Random,
     bonus: float = BONUS,
     count: int = 8,
-    allowed: Callable[[dict], bool] | None = None,
+    fence: Fence | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to `count` untried configurations that `allowed` accepts (None: any), best
+    """Up to `count` untried configurations that `fence` admits (None: any), best
     acquisition first.
 
     `observed` is every (knobs, speedup or None when it failed) the run has seen; with fewer
@@ -218,7 +217,7 @@ def suggest(
             points.append(p)
             values.append(math.log(speedup) if speedup else worst - FAILED_PENALTY)
     order = sorted(range(len(points)), key=lambda i: -values[i])
-    pool = _pool(space, set(points), [points[i] for i in order[:5]], rng, False, allowed)
+    pool = _pool(space, set(points), [points[i] for i in order[:5]], rng, False, fence)
     if not len(pool):
         return []
     if len(ok) < max(3, len(space)):
