@@ -146,7 +146,12 @@ def _candidates(
 
 
 def _pool(
-    space: dict[str, list], tried: set, top: list[tuple], rng: random.Random, far: bool, fence
+    space: dict[str, list],
+    tried: set,
+    top: list[tuple],
+    rng: random.Random,
+    far: bool,
+    fence: Fence | None,
 ) -> np.ndarray:
     """_candidates that `fence` admits (None: all), as index rows."""
     pool = _candidates(space, tried, top, rng, far)
