@@ -81,8 +81,9 @@ def region_radius(knobs: int) -> int:
 
 @dataclass(frozen=True)
 class Fence:
-    """Where a team may pick: configurations within `radius` knobs of `near` (anywhere when
-    None) and not within it of any of `avoid` (region_radius's regions)."""
+    """Where a team may pick: configurations differing from `near` (anywhere when None) in
+    fewer than `radius` knobs, and from each of `avoid` in at least `radius` (region_radius's
+    regions)."""
 
     radius: int
     near: dict[str, Any] | None = None
