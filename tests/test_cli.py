@@ -1,6 +1,7 @@
 """The `eat` command as a user runs it: exit codes, one-line errors, JSON keys."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -64,14 +65,21 @@ def test_a_bad_option_names_the_flag_the_user_typed(tmp_path):
 
 
 @pytest.mark.slow
-def test_eval_baseline_json_is_ok_with_speedup_near_one():
+def test_eval_baseline_json_reports_speedups_from_its_own_medians():
     done = eat("eval", str(MATMUL), str(MATMUL / "baseline.c"), "--json")
     assert done.returncode == 0, done.stderr
     ev = json.loads(done.stdout)
     assert ev["status"] == "ok"
-    assert 0.8 <= ev["speedup"] <= 1.25
-    assert len(ev["workloads"]) == 3 and all(w["gflops"] > 0 for w in ev["workloads"])
-    assert ev["vendor_speedup"] > 1 and ev["workloads"][0]["vendor"]["n"] >= 7
+    rows = ev["workloads"]
+    assert len(rows) == 3 and all(w["gflops"] > 0 for w in rows)
+    assert rows[0]["vendor"]["n"] >= 7
+    # The figures follow from the medians printed beside them; how near 1 the baseline against
+    # itself lands is the machine's noise (a shared CI machine gave 0.75), not eat's behaviour.
+    ratios = [w["baseline"]["median_s"] / w["candidate"]["median_s"] for w in rows]
+    assert [w["speedup"] for w in rows] == pytest.approx(ratios)
+    assert ev["speedup"] == pytest.approx(math.prod(ratios) ** (1 / 3))
+    vendor = [w["baseline"]["median_s"] / w["vendor"]["median_s"] for w in rows]
+    assert ev["vendor_speedup"] == pytest.approx(math.prod(vendor) ** (1 / 3))
     # Where the wall time went, the command's own setup (target, peaks, device probe) first.
     assert list(ev["durations"]) == ["setup_s", "compile_s", "verify_s", "time_s"]
     assert all(v >= 0 for v in ev["durations"].values())
