@@ -71,6 +71,10 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _tries(n: int) -> str:
+    return f"{n} try" if n == 1 else f"{n} tries"
+
+
 def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str], list[str]]:
     """Per knob: the best value with its evidence; dead ends; values never tried."""
     effects, dead, untried = [], [], []
@@ -93,7 +97,7 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
                 rows.append((top, value, cid, tries))
             if tries >= 3 and (top is None or top < 0.5 * best):
                 dead.append(
-                    f"{name}={value}: best {speedup_text(top)} over {tries} tries"
+                    f"{name}={value}: best {speedup_text(top)} over {_tries(tries)}"
                     + (f" ({cid})" if cid else "")
                 )
         if rows:
@@ -103,7 +107,8 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
             effects.append(
                 f"{name}: best with {value} ({speedup_text(top)}, {cid})"
                 + (
-                    f"; with {worst[1]} at most {speedup_text(worst[0])} ({worst[2]})"
+                    f"; with {worst[1]} at most {speedup_text(worst[0])} over {_tries(worst[3])}"
+                    f" ({worst[2]})"
                     if len(rows) > 1
                     else ""
                 )

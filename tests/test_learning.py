@@ -99,7 +99,7 @@ def test_what_each_knob_does_cites_its_candidates_figure_after_a_retime():
     h.add(EliteRetimed(candidate="c0002", speedup=2.4))  # its median now 2.70x
     text = render(h.state, TARGET)
     assert "c0002 (team coordinate-1): 2.70x" in text  # best so far
-    assert "TILE: best with 16 (2.70x, c0002); with 0 at most 2.00x (c0001)" in text
+    assert "TILE: best with 16 (2.70x, c0002); with 0 at most 2.00x over 1 try (c0001)" in text
     assert "3.00x, c0002" not in text  # the lesson keeps 3.00x, the knobs say what holds now
 
 
@@ -156,7 +156,7 @@ def test_a_retime_that_hands_the_lead_over_is_a_lesson_and_the_knobs_follow():
     )
     assert "- c0003, timed again (3 measurements, now 1.80x), no longer leads: c0002 does" in text
     # TILE=16's best was c0003 when it landed; the run's best, also TILE=16, is cited now
-    assert "TILE: best with 16 (2.30x, c0002); with 0 at most 2.00x (c0001)" in text
+    assert "TILE: best with 16 (2.30x, c0002); with 0 at most 2.00x over 1 try (c0001)" in text
 
 
 def test_a_program_candidate_graded_again_is_said_to_be_graded_not_timed():
