@@ -321,6 +321,20 @@ def verdict_text(e: RestructureScored) -> str:
     return f"did not help: its teams did not beat the run's best when it was made, {before}{judged}"
 
 
+def _what_changed(e: Restructured) -> str:
+    """What a redirect, recompose or rebalance changed, which its reason does not say (a spawn
+    or fork has its own team_spawned line; a retire changes nothing else)."""
+    p = e.params
+    if e.op == "redirect" and p.get("directive"):
+        return f"; now: {clip(' '.join(str(p['directive']).split()), 200)}"
+    if e.op == "recompose" and isinstance(p.get("added"), list):
+        return f"; roles added: {', '.join(map(str, p['added']))}"
+    if e.op == "rebalance" and isinstance(p.get("shares"), dict):
+        shares = [f"{t} {v:.2f}" for t, v in p["shares"].items() if isinstance(v, int | float)]
+        return "; shares: " + ", ".join(shares) if shares else ""
+    return ""
+
+
 def describe(e: Event) -> str:
     """One line for people: EVOLUTION.md rows and git commit messages."""
     match e:
@@ -366,7 +380,8 @@ def describe(e: Event) -> str:
             who = f"team {e.team}" if e.team else "run"
             return f"plateau ({e.kind}) of {who}: {e.message}"
         case Restructured():
-            return f"restructure {e.op} {e.team or ''}: {e.reason}".replace("  ", " ")
+            who = f" {e.team}" if e.team else ""
+            return f"restructure {e.op}{who}: {e.reason}{_what_changed(e)}"
         case TeamExhausted():
             return f"team {e.team} has nothing left to try"
         case HumanSteered():

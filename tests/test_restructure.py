@@ -3,12 +3,18 @@
 from collections import Counter
 from types import SimpleNamespace
 
-from history import CFG, History
+from history import CFG, PRESETS, History
 
 from eat.config import RunConfig
-from eat.events import AttemptFailed, CandidateEvaluated, RestructureScored
+from eat.events import (
+    AttemptFailed,
+    CandidateEvaluated,
+    Restructured,
+    RestructureScored,
+    describe,
+)
 from eat.plateau import detect_plateaus
-from eat.restructure import Limits, arm_values, decide, diagnose, score
+from eat.restructure import Limits, arm_values, decide, diagnose, operation_events, score
 from eat.team import pick_team
 
 LIMITS = Limits(max_teams=4)
@@ -219,6 +225,34 @@ def test_a_failing_llm_team_gets_a_reviewer_then_is_retired():
         h.eval("explorer-2", None, status="incorrect")
     (op,) = act(h, llm, kinds={"failing"})
     assert (op.op, op.team) == ("retire", "explorer-2")
+
+
+def test_the_line_of_a_redirect_or_a_recompose_says_what_it_changed():
+    """EVOLUTION.md and the commit carry one line an event: a redirect's line gives the new
+    directive, a recompose's the roles it added (their reasons say only why)."""
+    h = History("coordinate-1", "explorer-2")
+    climbed_optimum(h)
+    for _ in range(2):
+        h.add(AttemptFailed(team="explorer-2", kind="duplicate", reason="r", repeats="c0002"))
+    (op,) = act(h, kinds={"repeating"})
+    (event,) = operation_events(op, h.state, "k", 0, PRESETS)
+    assert describe(event) == (
+        f"restructure redirect explorer-2: {op.reason}; now: {op.params['directive']}"
+    )
+    h = History("coordinate-1", "explorer-2")
+    h.state.teams["explorer-2"].roles = ["planner", "coder", "debugger"]
+    h.eval("coordinate-1", 2.0)
+    for _ in range(3):
+        h.eval("explorer-2", None, status="compile_error")
+    (op,) = act(h, Limits(max_teams=4, llm=True), kinds={"failing"})
+    (event,) = operation_events(op, h.state, "k", 0, PRESETS)
+    assert describe(event).endswith("; roles added: reviewer")
+    shares = {"model-1": 0.5, "coordinate-3": 0.25}  # as the LLM supervisor's advice gives them
+    rebalance = Restructured(op="rebalance", reason="pace", params={"shares": shares}, scope="run")
+    assert (
+        describe(rebalance)
+        == "restructure rebalance: pace; shares: model-1 0.50, coordinate-3 0.25"
+    )
 
 
 def test_a_failing_offline_team_is_redirected():
