@@ -116,26 +116,64 @@ def knob_effects(state: RunState, target: Target) -> tuple[list[str], list[str],
     return effects, dead, untried
 
 
+def around_best(state: RunState, target: Target) -> tuple[list[str], list[str]]:
+    """The best's neighbours measured with one knob changed, in the knobs' and their values'
+    order (how much each knob matters where the run stands, all else equal, unlike the best
+    per value above), and the knobs with none."""
+    b = state.best
+    if b is None or not b.knobs:
+        return [], []
+    names = list(target.knobs)
+    mine = [(n, b.knobs.get(n), str(b.knobs.get(n))) for n in names]
+    found: dict[str, list[Candidate]] = {}
+    for c in state.candidates.values():  # every step, over a long run's thousands: kept lean
+        if c.cid == b.cid or not c.knobs:
+            continue
+        changed = None
+        for name, value, text in mine:
+            v = c.knobs.get(name)
+            if v != value and str(v) != text:  # a TOML 8 and "8" are one value
+                if changed is not None:
+                    break
+                changed = name
+        else:
+            if changed is not None:
+                found.setdefault(changed, []).append(c)
+    lines = []
+    for name in names:
+        order = [str(v) for v in target.knobs[name].values]
+        value = str(b.knobs.get(name))
+        for c in sorted(found.get(name, []), key=lambda c: _position(order, c.knobs.get(name))):
+            result = speedup_text(c.estimate) if c.estimate is not None else c.status
+            lines.append(f"{name} {value} -> {c.knobs.get(name)}: {result} ({c.cid})")
+    return lines, [n for n in names if n not in found]
+
+
+def _position(order: list[str], value) -> int:
+    return order.index(str(value)) if str(value) in order else len(order)
+
+
 def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
     """The managed block; older lessons are consolidated until it fits in `cap`."""
     items = lessons(state)
     effects, dead, untried = knob_effects(state, target)
+    near, unmeasured = around_best(state, target)
     label = f" {target.metric_name}" if target.program else ""  # a kernel's is its speedup
     keep = len(items)
     while True:
-        text = _compose(state, items, keep, effects, dead, untried, label)
+        text = _compose(state, items, keep, effects, dead, untried, near, unmeasured, label)
         if len(text) <= cap or keep == 0:
             break
         keep = keep // 2 if keep > 4 else keep - 1
-    while len(text) > cap and (dead or untried or effects):
+    while len(text) > cap and (dead or untried or effects or near):
         # Still too long: merge the longest detail list into a count (never drop the tail).
-        longest = max((dead, untried, effects), key=len)
+        longest = max((dead, untried, effects, near), key=len)
         longest[:] = [f"{len(longest)} entries consolidated"]
-        text = _compose(state, items, keep, effects, dead, untried, label)
+        text = _compose(state, items, keep, effects, dead, untried, near, unmeasured, label)
     return text
 
 
-def _compose(state, items, keep, effects, dead, untried, label: str) -> str:
+def _compose(state, items, keep, effects, dead, untried, near, unmeasured, label: str) -> str:
     # Most stable first, so LLM prompt caches keep hitting: the lessons only grow at their end;
     # what changes with every new best comes last.
     lines = ["## Lessons", ""]
@@ -159,6 +197,11 @@ def _compose(state, items, keep, effects, dead, untried, label: str) -> str:
             else "- every knob value has been tried at least once"
         )
     b = state.best
+    if b and (near or unmeasured):
+        lines += ["", f"## One knob from the best ({b.cid}, {speedup_text(b.estimate)})", ""]
+        lines += [f"- {n}" for n in near]
+        if unmeasured:
+            lines.append(f"- not measured yet: {', '.join(unmeasured)}")
     lines += ["", "## Best so far", ""]
     if b:
         vendor = (

@@ -247,6 +247,9 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
         ]
     elif source and len(source) <= SOURCE_CAP:  # an agent's own source: the idea is the code
         lines += ["", f"```{target.fence}", source.rstrip(), "```"]
+    near, _ = learning.around_best(state, target)
+    if near:
+        lines += ["", "One knob changed from it, all else equal:"] + [f"- {n}" for n in near]
     lines += ["", "## Top configurations", ""]
     lines += [
         f"- {c.candidate}: {speedup_text(c.speedup)}"

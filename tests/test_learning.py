@@ -33,6 +33,26 @@ def test_lessons_cite_candidates_and_knob_effects():
     assert "untried knob values:" in text and "UNROLL=1" in text
 
 
+def test_the_best_s_one_knob_neighbours_are_listed_in_the_knobs_order():
+    """All else equal: candidates one knob away from the best, not those that changed two."""
+    h = History("coordinate-1")
+    best = dict(LOOP_ORDER="IJK", TILE=64, CFLAGS="-O3")
+    h.eval("coordinate-1", 2.0, **{**best, "TILE": 128})  # c0001
+    h.eval("coordinate-1", 3.0, **best)  # c0002, the best
+    h.eval("coordinate-1", 1.5, **{**best, "TILE": 16})  # c0003
+    h.eval("coordinate-1", None, status="compile_error", **{**best, "LOOP_ORDER": "KJI"})
+    h.eval("coordinate-1", 2.9, **{**best, "TILE": 32, "CFLAGS": "-O2"})  # two knobs away
+    text = render(h.state, TARGET)
+    block = text.split("## One knob from the best (c0002, 3.00x)\n\n")[1].split("\n\n")[0]
+    others = [n for n in TARGET.knobs if n not in ("LOOP_ORDER", "TILE")]
+    assert block.splitlines() == [
+        "- LOOP_ORDER IJK -> KJI: compile_error (c0004)",
+        "- TILE 64 -> 16: 1.50x (c0003)",  # the values in the target's order
+        "- TILE 64 -> 128: 2.00x (c0001)",
+        f"- not measured yet: {', '.join(others)}",
+    ]
+
+
 def test_size_cap_holds_by_consolidating_old_lessons_not_cutting_the_end():
     h = grown_history(30)
     full = render(h.state, TARGET, cap=100_000)

@@ -105,6 +105,17 @@ def test_export_writes_front_matter_lessons_knobs_dead_ends_and_a_yaml_part(
     assert "x ->" in lesson and "x (c0" in lesson
     assert f"{st['best_candidate']} (team" in text and "Key ideas" in text
     assert "- MR=" in text and "Rows of the C block" in text  # a knob the best set, and why
+    # How each knob matters at the best, all else equal: candidates one knob away from it.
+    knobs = {
+        e.candidate: e.knobs
+        for e in Workspace.open(tmp_path / "earlier").read_events()[0]
+        if e.type == "candidate_evaluated"
+    }
+    near = text.split("One knob changed from it, all else equal:\n")[1].split("\n\n")[0]
+    for line in near.splitlines():
+        cid = line.rsplit("(", 1)[1].rstrip(")")
+        differ = [k for k, v in knobs[cid].items() if v != knobs[st["best_candidate"]][k]]
+        assert len(differ) == 1 and line.startswith(f"- {differ[0]} "), line
     skill = parse(text)
     data = skill.data
     assert data.target == "cpu_matmul"
