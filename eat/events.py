@@ -363,7 +363,8 @@ def describe(e: Event) -> str:
             )
         case TeamSpawned():
             start = f" from {e.start_from}" if e.start_from else ""
-            return f"team {e.team} ({e.preset}, {e.strategy}{start}): {e.directive}"
+            kind = e.preset if e.preset == e.strategy else f"{e.preset}, {e.strategy}"
+            return f"team {e.team} ({kind}{start}): {e.directive}"
         case CandidateEvaluated():
             knobs = ", ".join(f"{k}={v}" for k, v in e.knobs.items())
             what = speedup_text(e.speedup) if e.status == "ok" else e.message[:120]

@@ -11,6 +11,7 @@ from eat.events import (
     CandidateEvaluated,
     Restructured,
     RestructureScored,
+    TeamSpawned,
     describe,
 )
 from eat.plateau import detect_plateaus
@@ -227,7 +228,7 @@ def test_a_failing_llm_team_gets_a_reviewer_then_is_retired():
     assert (op.op, op.team) == ("retire", "explorer-2")
 
 
-def test_the_line_of_a_redirect_or_a_recompose_says_what_it_changed():
+def test_the_lines_of_a_team_and_a_restructure_say_what_changed():
     """EVOLUTION.md and the commit carry one line an event: a redirect's line gives the new
     directive, a recompose's the roles it added (their reasons say only why)."""
     h = History("coordinate-1", "explorer-2")
@@ -247,6 +248,12 @@ def test_the_line_of_a_redirect_or_a_recompose_says_what_it_changed():
     (op,) = act(h, Limits(max_teams=4, llm=True), kinds={"failing"})
     (event,) = operation_events(op, h.state, "k", 0, PRESETS)
     assert describe(event).endswith("; roles added: reviewer")
+    fork = TeamSpawned(team="refiner-4", preset="refiner", strategy="refiner", directive="Go.")
+    assert describe(fork.model_copy(update={"start_from": "c0001"})) == (
+        "team refiner-4 (refiner from c0001): Go."  # the preset named once where it is the strategy
+    )
+    coder = TeamSpawned(team="coder-2", preset="coder", strategy="coordinate", directive="Go.")
+    assert describe(coder) == "team coder-2 (coder, coordinate): Go."
     shares = {"model-1": 0.5, "coordinate-3": 0.25}  # as the LLM supervisor's advice gives them
     rebalance = Restructured(op="rebalance", reason="pace", params={"shares": shares}, scope="run")
     assert (
