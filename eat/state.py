@@ -592,8 +592,11 @@ class RunState:
                 if x.estimate is not None:
                     self._rank(x)
         team = self.teams.get(c.team)
-        if team and team.best_id == c.cid and c.estimate is None:
-            team.best_id = None
+        if team:  # the team's best is its highest figure as it stands now, not when it landed
+            ranked = [
+                x for x in self.candidates.values() if x.team == team.id and x.estimate is not None
+            ]
+            team.best_id = max(ranked, key=lambda x: x.estimate or 0).cid if ranked else None
         new = self.best
         if previous is not None and new is not None and new.cid != previous.cid:
             old = self.candidates[previous.cid]  # as it stands now: re-timed, if it was

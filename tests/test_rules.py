@@ -89,6 +89,24 @@ def test_elite_is_retimed_before_a_stall_and_a_lucky_elite_steps_down():
     )
 
 
+def test_a_teams_best_follows_its_candidates_re_times():
+    """A team's best is its highest figure as it stands: a re-time that lowers it, or fails,
+    hands it to the team's next (its NOTES.md, `eat status` and its plateaus read it)."""
+    h = History("a-1", "b-1")
+    h.eval("a-1", 3.0)  # c0001, lucky
+    h.eval("a-1", 2.8)
+    h.eval("b-1", 2.9)
+    h.eval("a-1", 2.6)
+    team = h.state.teams["a-1"]
+    assert team.best.cid == "c0001"
+    h.add(EliteRetimed(candidate="c0001", speedup=2.0))  # median 2.5
+    assert team.best.cid == "c0002" and h.state.teams["b-1"].best.cid == "c0003"
+    h.add(EliteRetimed(candidate="c0002", status="error", speedup=None))
+    assert team.best.cid == "c0004"
+    h.add(EliteRetimed(candidate="c0001", speedup=3.1))  # median of 3.0, 2.0, 3.1: 3.0
+    assert team.best.cid == "c0001"
+
+
 def test_a_stalled_elite_is_retimed_until_it_has_three_measurements():
     h = History("a-1")
     h.eval("a-1", 3.0)
