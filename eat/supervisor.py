@@ -24,7 +24,7 @@ from eat.advisor import to_operations
 from eat.agents.base import Worker
 from eat.budget import Stop, why_stop
 from eat.context import RunContext
-from eat.events import AttemptFailed, EliteRetimed, Restructured, SupervisorAdvised
+from eat.events import AttemptFailed, EliteRetimed, Restructured, SupervisorAdvised, describe
 from eat.executors.local import Cancelled, LocalExecutor, ctrl_c_at_waits, default_workers
 from eat.llm import BudgetSpent, LLMError
 from eat.notes import commit_step, write_notes
@@ -103,6 +103,10 @@ def retime(ctx: RunContext, elite: Candidate) -> EliteRetimed | None:
     best = ctx.state.best
     if best is not None and (before is None or best.cid != before.cid):  # the lead passed
         ctx.ws.set_best(best.team, best.cid)
+    team = ctx.state.teams.get(elite.team)
+    if team is not None:  # its NOTES.md shows the new figure, and the team's best it may move
+        write_notes(team, ctx)
+    commit_step(ctx, describe(event), [elite.team] if team else [])
     return event
 
 

@@ -9,11 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+import serial_run
 from fake_runner import FakeRunner
 
 from eat.config import PlateauConfig
 from eat.errors import BadInput
+from eat.events import describe
 from eat.run import resume_run, run_status, start_run
+from eat.state import RunState
 from eat.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +70,49 @@ def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     assert {"best_speedup", "evaluations", "teams", "tokens", "cost_usd", "stopped"} <= data.keys()
     assert all({"id", "state"} <= t.keys() for t in data["teams"])
     assert data["evaluations"] == 16 and data["stopped"] == "max_evals"
+
+
+class LuckyFirstTimings(FakeRunner):
+    """A source's first timing is lucky (x1.3), its re-times honest: re-times lower elites."""
+
+    def __init__(self, score):
+        super().__init__(score)
+        self.seen: set[str] = set()
+
+    def evaluate(self, target, source, **kw):
+        ev = super().evaluate(target, source, **kw)
+        if ev.speedup is not None and ev.source_hash not in self.seen:
+            ev.speedup *= 1.3
+        self.seen.add(ev.source_hash)
+        return ev
+
+
+def test_a_re_time_is_committed_with_its_teams_notes(tmp_path):
+    """After a re-time, each team's NOTES.md names its best as the run's state has it (the
+    re-timed candidate's team may have a new one), and the commit says what was re-timed."""
+    ws = tmp_path / "ws"
+    start_run(
+        ROOT / "examples" / "cpu_matmul",
+        ws,
+        runner=LuckyFirstTimings(serial_run.landscape),
+        max_evals=30,
+        seed=3,
+        opening=0,
+        plateau=PlateauConfig(team_window=4, run_window=6, score_after=3),
+    )
+    events = Workspace.open(ws).read_events()[0]
+    retimes = [e for e in events if e.type == "elite_retimed"]
+    assert retimes
+    state = RunState.from_events(events)
+    for team in state.teams.values():
+        notes = (ws / "teams" / team.id / "NOTES.md").read_text()
+        best = team.best
+        line = f"- best: {best.cid} at {best.estimate:.2f}x" if best else "- best: none yet"
+        assert line in notes, team.id
+    bodies = subprocess.run(
+        ["git", "log", "--format=%B"], cwd=ws, capture_output=True, text=True, check=True
+    ).stdout
+    assert all(describe(e) in bodies for e in retimes)
 
 
 def test_a_plateau_is_restructured_and_the_restructure_scored(quick_matmul, tmp_path):
