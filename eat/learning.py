@@ -8,6 +8,7 @@ merged into one line that still cites their candidates; nothing is cut off the e
 from __future__ import annotations
 
 from eat.events import clip, speedup_text, verdict_text
+from eat.knobspace import differs
 from eat.merge import merge_write
 from eat.state import Candidate, RunState, spread
 from eat.target import Target
@@ -124,21 +125,13 @@ def around_best(state: RunState, target: Target) -> tuple[list[str], list[str]]:
     if b is None or not b.knobs:
         return [], []
     names = list(target.knobs)
-    mine = [(n, b.knobs.get(n), str(b.knobs.get(n))) for n in names]
     found: dict[str, list[Candidate]] = {}
-    for c in state.candidates.values():  # every step, over a long run's thousands: kept lean
-        if c.cid == b.cid or not c.knobs:
-            continue
-        changed = None
-        for name, value, text in mine:
-            v = c.knobs.get(name)
-            if v != value and str(v) != text:  # a TOML 8 and "8" are one value
-                if changed is not None:
-                    break
-                changed = name
-        else:
-            if changed is not None:
-                found.setdefault(changed, []).append(c)
+    for c in state.candidates.values():
+        if c.cid != b.cid and c.knobs and differs(c.knobs, b.knobs) == 1:
+            (name,) = (
+                n for n in c.knobs.keys() | b.knobs.keys() if c.knobs.get(n) != b.knobs.get(n)
+            )
+            found.setdefault(name, []).append(c)
     lines = []
     for name in names:
         order = [str(v) for v in target.knobs[name].values]
