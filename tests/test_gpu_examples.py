@@ -298,8 +298,10 @@ needs_nvcc = pytest.mark.skipif(
     not shutil.which("nvcc"),
     reason="nvcc not found on PATH: the CUDA examples are only loaded and run in the CPU emulation",
 )
+# nvcc takes seconds a variant: its checks are slow, as hipcc's are (CI runs them all).
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("folder", CUDA, ids=lambda p: p.name)
 def test_cuda_variants_compile(folder: Path, tmp_path: Path):
@@ -323,6 +325,7 @@ def test_cuda_variants_compile(folder: Path, tmp_path: Path):
     assert not failed, "\n".join(f"{k}: {v[:1000]}" for k, v in failed.items())
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("folder", CUDA, ids=lambda p: p.name)
 def test_cuda_baseline_and_tuned_build_as_the_runner_builds(folder: Path, tmp_path: Path):
@@ -360,6 +363,7 @@ def test_cuda_baseline_and_tuned_build_as_the_runner_builds(folder: Path, tmp_pa
             assert re.search(rf"\bT {target.entry.name}$", symbols, re.M), symbols
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_softmax_row_in_registers_builds_without_spills(tmp_path: Path):
     """Each ROW_REGS value with the threads per row that hold the workloads' rows (up to 1024
@@ -406,6 +410,7 @@ def test_softmax_row_in_registers_builds_without_spills(tmp_path: Path):
     assert not failed, "\n".join(failed)
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("folder", CUDA, ids=lambda p: p.name)
 def test_timing_fidelity_wrapper_builds(folder: Path, tmp_path: Path):
@@ -495,6 +500,8 @@ def call(lib, target: Target, ref: dict, params: dict, misalign: bool) -> Mismat
     return compare(out, np.asarray(want, out.dtype), target.tolerance.rtol, target.tolerance.atol)
 
 
+# Every variant of every GPU example built with g++ and run: seconds an example.
+@pytest.mark.slow
 @pytest.mark.skipif(
     not shutil.which("g++"), reason="g++ not found: the kernels cannot be emulated on the CPU"
 )

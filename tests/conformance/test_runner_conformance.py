@@ -122,7 +122,23 @@ PY_MESSAGES = C_MESSAGES | {
 KITS: list[Kit] = [
     Kit("cpu", ".c", messages=C_MESSAGES),
     # Python candidates: the same matmul, returning C instead of writing it.
-    Kit("torch_cpu", ".py", messages=PY_MESSAGES),
+    # Each of a candidate's two harness children imports torch (about 2 s here), so the
+    # behaviours that are timed or wait out a limit are slow on this kit; the mlx kit judges
+    # them through the same Python harness in the quick set.
+    Kit(
+        "torch_cpu",
+        ".py",
+        messages=PY_MESSAGES,
+        slow=SLOW
+        | {
+            "slower",
+            "memo_by_content",
+            "writes_outside",
+            "background_spinner",
+            "huge_alloc",
+            "detached_thread",
+        },
+    ),
     Kit("mlx", ".py", messages=PY_MESSAGES | {"syntax_error": r"line 1"}),
     # The same PyTorch candidates on a CUDA (or ROCm) GPU; skipped, with the reason, without one.
     Kit("torch_cuda", ".py", borrows="torch_cpu", messages=PY_MESSAGES),
