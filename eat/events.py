@@ -309,16 +309,17 @@ def clip(text: str, most: int = 160) -> str:
     return text[: most - 2].rsplit(" ", 1)[0].rstrip(",;") + " …"
 
 
-def verdict_text(e: RestructureScored) -> str:
+def verdict_text(e: RestructureScored, many: bool = False) -> str:
     """A scored restructure's verdict as every document says it: judged against the run's best
     when it was made (by the time it is judged, other teams' work may have raised the run's
-    best, and a re-time lowered it)."""
+    best, and a re-time lowered it); `many`: said of several restructures with this verdict."""
     before, then = speedup_text(e.best_before), speedup_text(e.best_after)
+    its, made = ("their", "they were made") if many else ("its", "it was made")
     if e.helped:
-        who = e.by or "its teams"
-        return f"helped: {who} beat the run's best when it was made, {before} ({then} when judged)"
+        who = e.by or f"{its} teams"
+        return f"helped: {who} beat the run's best when {made}, {before} ({then} when judged)"
     judged = "" if e.best_after == e.best_before else f" ({then} when judged)"
-    return f"did not help: its teams did not beat the run's best when it was made, {before}{judged}"
+    return f"did not help: {its} teams did not beat the run's best when {made}, {before}{judged}"
 
 
 def _what_changed(e: Restructured) -> str:

@@ -72,6 +72,29 @@ def lessons(state: RunState) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _grouped(
+    state: RunState, items: list[tuple[str, list[str]]]
+) -> list[tuple[str, list[str], int]]:
+    """The lessons with each run of restructures of one verdict in a row as one line (a stalled
+    run forks one team after another, each judged against the same best): (text, ids, how
+    many lessons the line stands for)."""
+    out: list[tuple[str, list[str], int]] = []
+    run: list[str] = []  # what each restructure of the last line did, when it is such a run
+    last = None
+    for lesson, (text, ids) in zip(state.lesson_log, items):
+        scored = lesson.scored
+        verdict = verdict_text(scored) if scored is not None else None
+        if scored is not None and verdict == last:
+            run.append(lesson.what)
+            _, cited, n = out[-1]
+            many = verdict_text(scored, many=True)
+            out[-1] = (f"restructures ({', '.join(run)}) {many}", cited + ids, n + 1)
+            continue
+        run, last = [lesson.what], verdict
+        out.append((text, ids, 1))
+    return out
+
+
 def _tries(n: int) -> str:
     return f"{n} try" if n == 1 else f"{n} tries"
 
@@ -148,7 +171,7 @@ def _position(order: list[str], value) -> int:
 
 def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
     """The managed block; older lessons are consolidated until it fits in `cap`."""
-    items = lessons(state)
+    items = _grouped(state, lessons(state))
     effects, dead, untried = knob_effects(state, target)
     near, unmeasured = around_best(state, target)
     label = f" {target.metric_name}" if target.program else ""  # a kernel's is its speedup
@@ -172,12 +195,12 @@ def _compose(state, items, keep, effects, dead, untried, near, unmeasured, label
     lines = ["## Lessons", ""]
     old, recent = items[: len(items) - keep], items[len(items) - keep :]
     if old or state.older_lessons:
-        cited = list(dict.fromkeys(state.older_ids + [c for _, ids in old for c in ids]))
+        cited = list(dict.fromkeys(state.older_ids + [c for _, ids, _ in old for c in ids]))
         lines.append(
-            f"- consolidated: {len(old) + state.older_lessons} earlier lessons, "
-            f"resting on {_cites(cited)}"
+            f"- consolidated: {sum(n for _, _, n in old) + state.older_lessons} earlier "
+            f"lessons, resting on {_cites(cited)}"
         )
-    lines += [f"- {text}" for text, _ in recent] or ["- none yet"]
+    lines += [f"- {text}" for text, _, _ in recent] or ["- none yet"]
     if state.supervisor_notes:
         lines += ["", "## Supervisor's notes", ""] + [f"- {n}" for n in state.supervisor_notes]
     if state.knob_stats:

@@ -147,6 +147,33 @@ def test_a_restructure_that_did_not_help_is_judged_against_the_best_of_its_momen
     )
 
 
+def test_restructures_in_a_row_with_one_verdict_are_one_lesson():
+    """A stalled run forks one team after another, each judged against the same best: one line
+    names them all; a verdict that differs starts its own line; a consolidation counts each."""
+    from eat.events import Restructured, RestructureScored
+
+    h = History("coordinate-1", "explorer-2")
+    h.eval("coordinate-1", 2.0)
+    for team in ("coordinate-3", "explorer-4", "coordinate-5"):
+        fork = h.add(Restructured(op="fork", team=team, reason="r", best_before=2.0))
+        h.add(
+            RestructureScored(restructure=fork.seq, helped=False, best_before=2.0, best_after=2.0)
+        )
+    fork = h.add(Restructured(op="fork", team="model-6", reason="r", best_before=2.0))
+    h.eval("model-6", 3.0)
+    h.add(RestructureScored(restructure=fork.seq, helped=True, best_before=2.0, best_after=3.0))
+    lines = render(h.state, TARGET).split("## Lessons\n\n")[1].split("\n\n")[0].splitlines()
+    assert lines[1] == (
+        "- restructures (fork coordinate-3, fork explorer-4, fork coordinate-5) did not help: "
+        "their teams did not beat the run's best when they were made, 2.00x"
+    )
+    assert lines[2].startswith("- ") and "(c0002 over c0001)" in lines[2]
+    assert lines[3].startswith("- restructure (fork model-6) helped")
+    assert len(lines) == 4
+    capped = render(h.state, TARGET, cap=len(render(h.state, TARGET)) - 1)
+    assert "- consolidated: 4 earlier lessons" in capped  # the first best and the three forks
+
+
 def test_a_best_of_a_lower_figure_says_it_leads_by_being_steadier():
     h = History("coordinate-1")
     h.eval("coordinate-1", 3.0, noise=0.20, TILE=0)
