@@ -470,8 +470,9 @@ def watch(
     workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
     once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
 ):
-    """Watch a run live: best so far and its curve, teams and their latest candidates, the
-    supervisor's plateaus and restructures, LLM spend; redrawn as events land (Ctrl-C leaves)."""
+    """Watch a run live: its best and curve, teams, plateaus, restructures, LLM spend.
+
+    Each team shows its latest candidates; the view is redrawn as events land (Ctrl-C leaves)."""
     from eat.watch import watch as watch_run
 
     raise typer.Exit(watch_run(workspace, out, once=once))
@@ -484,8 +485,9 @@ def steer(
     text: str = typer.Argument(..., help="What to tell the agents and the supervisor."),
     team: str = typer.Option(None, "--team", help="Tell one team only."),
 ):
-    """Tell a run something: its next prompts (the team's, or every team's, and the
-    supervisor's) carry it, and history.jsonl records it (human_steered)."""
+    """Tell a run something: its next prompts carry it, and history.jsonl records it.
+
+    The team's prompts, or every team's and the supervisor's; the event is human_steered."""
     from eat.steer import send
 
     _, running = send(workspace, text, team)
@@ -505,8 +507,9 @@ def report(
         None, "--output", "-o", help="HTML file to write (default: report.html in the workspace)."
     ),
 ):
-    """Write one self-contained HTML file about a run: progress, lineage, per-workload times,
-    tokens and cost, restructures, LEARNING.md (safe while it runs)."""
+    """Write one self-contained HTML file about a run (safe while it runs).
+
+    Progress, lineage, per-workload times, tokens and cost, restructures, LEARNING.md."""
     from eat.report import write_report
 
     out.print(f"wrote {write_report(workspace, output)}", markup=False)
@@ -522,8 +525,10 @@ def skill_export(
     workspace: Path = typer.Argument(..., help="Workspace folder of the run."),
     out_file: Path = typer.Option(None, "--out", "-o", help="File to write (default: ./SKILL.md)."),
 ):
-    """Write what a run learned as a SKILL.md: lessons with evidence, knob effects, dead
-    ends, the best candidate, and its best configurations for `eat start --skill`."""
+    """Write what a run learned as a SKILL.md, for people and for `eat start --skill`.
+
+    Lessons with evidence, knob effects, dead ends, the best candidate and its best
+    configurations."""
     from eat.skill import export
 
     out.print(f"wrote {export(workspace, out_file)}", markup=False)
@@ -566,24 +571,27 @@ def submit(
     message: str = typer.Option("", "--message", "-m", help="What this candidate tries."),
     as_json: bool = _AS_JSON,
 ):
-    """Inside a team's worktree (an agent): evaluate the candidate file and keep it as the
-    team's candidate. Exit 0 when it is correct."""
+    """Inside a team's worktree (an agent): evaluate the candidate, keep it as the team's.
+
+    Exit 0 when it is correct."""
     _agent_request("submit", message, as_json)
 
 
 @app.command()
 @_reports_errors
 def check(as_json: bool = _AS_JSON):
-    """Inside a team's worktree (an agent): build and verify the candidate file, without
-    timing it. Exit 0 when it is correct."""
+    """Inside a team's worktree (an agent): build and verify the candidate, untimed.
+
+    Exit 0 when it is correct."""
     _agent_request("check", "", as_json)
 
 
 @app.command()
 @_reports_errors
 def profile(as_json: bool = _AS_JSON):
-    """Inside a team's worktree (an agent): the candidate's per-workload times (once
-    submitted) and what the compiler or the GPU profiler says of it."""
+    """Inside a team's worktree (an agent): the candidate's times and tools' view of it.
+
+    Its per-workload times (once submitted) and what the compiler or the GPU profiler says."""
     _agent_request("profile", "", as_json)
 
 

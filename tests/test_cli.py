@@ -162,22 +162,24 @@ def test_eval_report_shows_the_arch_and_the_vendor_against_the_baseline_and_the_
     ) in " ".join(text.split())
 
 
+def _commands(group=None, path=()):
+    """(path, click command) for every command and group of the CLI, depth first."""
+    import typer.main
+
+    from eat.cli import app
+
+    for name, cmd in (group or typer.main.get_command(app)).commands.items():
+        yield (*path, name), cmd
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*path, name))
+
+
 def test_every_help_text_reaches_the_user_whole():
     """The help is rich markup: an unescaped [word] is taken for a tag and vanishes (the
     --executor help printed "pip install 'eat'")."""
     import re
 
-    import typer.main
-
-    from eat.cli import app
-
-    def commands(group, path=()):
-        for name, cmd in group.commands.items():
-            yield (*path, name), cmd
-            if hasattr(cmd, "commands"):
-                yield from commands(cmd, (*path, name))
-
-    every = list(commands(typer.main.get_command(app)))
+    every = list(_commands())
     texts = [
         (path, p.name, p.help)
         for path, cmd in every
@@ -189,6 +191,15 @@ def test_every_help_text_reaches_the_user_whole():
     assert not eaten
     done = eat("start", "--help")
     assert "eat[ray]" in done.stdout
+
+
+def test_each_command_is_summed_up_in_one_line_of_the_list():
+    """`eat --help` lists a command by its help's first paragraph with its line breaks: a
+    summary wrapped in the source broke mid-sentence there ("... latest candidates, the" and
+    "supervisor's plateaus ..." on a line of its own)."""
+    summaries = {" ".join(path): (cmd.help or "").split("\n\n")[0] for path, cmd in _commands()}
+    assert len(summaries) > 15 and all(summaries.values())
+    assert not {p: s for p, s in summaries.items() if "\n" in s.strip()}
 
 
 def test_what_a_target_names_is_printed_as_written(capsys):
