@@ -7,8 +7,10 @@ merged into one line that still cites their candidates; nothing is cut off the e
 
 from __future__ import annotations
 
+import numpy as np
+
 from eat.events import clip, speedup_text, verdict_text
-from eat.knobspace import differs
+from eat.knobspace import differing
 from eat.merge import merge_write
 from eat.state import Candidate, RunState, spread
 from eat.target import Target
@@ -144,17 +146,18 @@ def around_best(state: RunState, target: Target) -> tuple[list[str], list[str]]:
     """The best's neighbours measured with one knob changed, in the knobs' and their values'
     order (how much each knob matters where the run stands, all else equal, unlike the best
     per value above), and the knobs with none."""
-    b = state.best
-    if b is None or not b.knobs:
+    b, index = state.best, state.knob_index
+    if b is None or b.cid not in index.rows:  # no best, or one without knobs
         return [], []
-    names = list(target.knobs)
+    # Over the run's KnobIndex at once: compared one candidate at a time, this took 37% of a
+    # step's time after 10,000 candidates.
+    names, knob_of = list(target.knobs), list(index.columns)
+    codes = index.by_knob()
+    best = codes[:, index.rows[b.cid]]
     found: dict[str, list[Candidate]] = {}
-    for c in state.candidates.values():
-        if c.cid != b.cid and c.knobs and differs(c.knobs, b.knobs) == 1:
-            (name,) = (
-                n for n in c.knobs.keys() | b.knobs.keys() if c.knobs.get(n) != b.knobs.get(n)
-            )
-            found.setdefault(name, []).append(c)
+    for row in np.flatnonzero(differing(codes, best) == 1):
+        (column,) = np.flatnonzero(codes[:, row] != best)
+        found.setdefault(knob_of[column], []).append(state.candidates[index.cids[row]])
     lines = []
     for name in names:
         order = [str(v) for v in target.knobs[name].values]

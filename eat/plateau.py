@@ -14,7 +14,7 @@ from pydantic.dataclasses import dataclass
 
 from eat.config import PlateauConfig
 from eat.events import PlateauDetected, PlateauKind, Scope
-from eat.knobspace import differs, region_radius
+from eat.knobspace import differing, differs, region_radius
 from eat.state import Candidate, RunState, Team, hopeful, known_estimate
 
 PROMISING = 1.2  # a region is worth a climb when its best beats what is around it this much
@@ -79,15 +79,6 @@ def climbed(state: RunState) -> list[Candidate]:
     return optima(state) + [c for c in starts if c is not None]
 
 
-def _differing(columns: np.ndarray, point: np.ndarray) -> np.ndarray:
-    """For each configuration (a column of `columns`, one row per knob), how many knobs it sets
-    differently from `point`."""
-    count = np.zeros(columns.shape[1], dtype=np.int32)
-    for knob, value in zip(columns, point):
-        count += knob != value
-    return count
-
-
 def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterator[Candidate]:
     """Candidates worth a climb, best first (callers take the first few): far from every
     `known` point and from each other, above the run's median, and clearly above what was
@@ -97,8 +88,7 @@ def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterato
     if not index.cids:
         return
     est = np.array(index.estimates)
-    # One row per knob: comparing a column at a time is several times quicker than by rows.
-    codes = np.array(index.table, dtype=np.int32).reshape(len(index.cids), -1).T.copy()
+    codes = index.by_knob()
     measured = np.flatnonzero(~np.isnan(est))
     if not measured.size:
         return
@@ -108,7 +98,7 @@ def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterato
     top, far = codes[:, above], np.ones(above.size, dtype=bool)
 
     def leave(row: int, radius: int) -> None:  # from now on, only what is far from `row`
-        far[:] &= _differing(top, codes[:, row]) >= radius
+        far[:] &= differing(top, codes[:, row]) >= radius
 
     elsewhere = []  # known points without a row (no knobs): checked one by one
     for x in known:
@@ -125,7 +115,7 @@ def promising_regions(state: RunState, known: list[Candidate], taken) -> Iterato
             return
         looked += 1
         radius = region_radius(len(c.knobs))
-        near = _differing(measured_codes, codes[:, above[i]]) < radius
+        near = differing(measured_codes, codes[:, above[i]]) < radius
         around = est[measured[near & (measured != above[i])]]
         if not around.size or est[above[i]] >= PROMISING * np.sort(around)[around.size // 2]:
             leave(above[i], radius)

@@ -53,6 +53,36 @@ def test_the_best_s_one_knob_neighbours_are_listed_in_the_knobs_order():
     ]
 
 
+def test_the_best_s_neighbours_over_the_knob_index_are_what_differs_finds():
+    """around_best compares the run's KnobIndex at once; it finds the candidates that the plain
+    definition, differs(c, best) == 1, finds: with failures, values of mixed types (2.5 and
+    "2.5" differ) and a knob that appears late."""
+    import random
+
+    from eat.knobspace import differs
+    from eat.learning import around_best
+
+    for seed in range(6):
+        rng = random.Random(seed)
+        h = History("coordinate-1")
+        for i in range(300):
+            knobs = {"LOOP_ORDER": rng.choice(["IJK", "IKJ"]), "TILE": rng.choice([0, 16])}
+            knobs |= {"UNROLL": rng.choice([1, 2.5, "2.5"]), "CFLAGS": rng.choice(["-O2", "-O3"])}
+            if i > 100 and rng.random() < 0.3:
+                knobs["VEC"] = rng.choice([8, 16])
+            ok = rng.random() > 0.1
+            h.eval(
+                "coordinate-1",
+                rng.uniform(1, 3) if ok else None,
+                **knobs,
+                status="ok" if ok else "crash",
+            )
+        b = h.state.best
+        want = {c.cid for c in h.state.candidates.values() if differs(c.knobs, b.knobs) == 1}
+        lines, _ = around_best(h.state, TARGET)
+        assert {line.rsplit("(", 1)[1].rstrip(")") for line in lines} == want and want
+
+
 def test_size_cap_holds_by_consolidating_old_lessons_not_cutting_the_end():
     h = grown_history(30)
     full = render(h.state, TARGET, cap=100_000)
