@@ -161,11 +161,17 @@ class Plan:
 
     def make_room(self, evidence: list[str], leaving: int) -> bool:
         """Room for one more team once `leaving` teams go: else retire the stalest local
-        search (never a global one, the elite's team, or one changed this step)."""
+        search (never a global one, the elite's team, one changed this step, or one whose last
+        candidate was a gain or that has none yet: a long run's supervisor retired each fork
+        before its first turn to make room for the next)."""
         if self.active - leaving < self.limits.max_teams:
             return True
         keep = self.touched | ({self.state.best.team} if self.state.best else set())
-        stale = [t for t in self.state.active_teams() if is_local(t) and t.id not in keep]
+        stale = [
+            t
+            for t in self.state.active_teams()
+            if is_local(t) and t.id not in keep and t.since_improvement > 0
+        ]
         worst = max(stale, key=lambda t: (t.since_improvement, -t.evals), default=None)
         if worst is None:
             return False

@@ -102,6 +102,20 @@ def test_making_room_retires_the_stalest_local_search_never_an_explorer():
     )
 
 
+def test_a_local_search_that_has_not_stalled_is_never_retired_to_make_room():
+    """A fork that has not had its first turn, or whose last candidate was a gain, is not
+    stale: the region that wanted room goes without (a resumed 10,000-candidate run retired
+    each new fork with "0 of its 0 candidates since its last gain" to fork the next)."""
+    for speeds in ([], [1.0], [1.0, 0.9, 1.1]):  # none yet; a first gain; a gain after a loss
+        h = History("coordinate-1", "explorer-2", "coordinate-3")
+        climbed_optimum(h)
+        for i, speed in enumerate(speeds):
+            h.eval("coordinate-3", speed, A=3, B=3, C=3, D=3 + i)
+        h.eval("explorer-2", 1.6, A=9, B=9, C=9, D=8)
+        assert act(h, Limits(max_teams=3), kinds={"opened"}) == [], speeds
+        assert h.state.teams["coordinate-3"].state == "active"
+
+
 def test_the_leading_climb_that_stalls_goes_on_while_combined_steps_try_the_elite():
     h = History("coordinate-1", "explorer-2")
     climbed_optimum(h)
