@@ -294,11 +294,12 @@ def _timing_fidelity():
 
 # -- compiling -------------------------------------------------------------------------------------
 
+# nvcc takes seconds a variant: every test that needs it is also marked slow, as hipcc's are
+# (CI runs them all).
 needs_nvcc = pytest.mark.skipif(
     not shutil.which("nvcc"),
     reason="nvcc not found on PATH: the CUDA examples are only loaded and run in the CPU emulation",
 )
-# nvcc takes seconds a variant: its checks are slow, as hipcc's are (CI runs them all).
 
 
 @pytest.mark.slow

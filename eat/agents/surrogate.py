@@ -193,8 +193,8 @@ def spread(
     # Least used first: only rows used no more than the count-th least used can make the cut,
     # so only theirs are measured against every configuration (after 10,000 candidates the
     # distances from every row were most of a pick's half second).
-    cut = np.partition(uses, min(count, len(uses)) - 1)[min(count, len(uses)) - 1]
-    rows = np.flatnonzero(uses <= cut)
+    kth = min(count, len(uses)) - 1
+    rows = np.flatnonzero(uses <= np.partition(uses, kth)[kth])
     xs, seen = grid[rows] / scale, measured / scale
     nearest = np.full(len(rows), np.inf)
     for start in range(0, len(seen), 2048):  # bounded memory on large histories
