@@ -30,7 +30,7 @@ class RunContext:
     presets: dict[str, Any]
     make_agent: Callable[[Any, RunContext], Agent]  # (team, this context) -> its agent
     eval_config: EvalConfig | None = None
-    on_event: Callable[[Event, RunState], None] = lambda e, s: None
+    on_event: Callable[[Event, RunState], None] | None = None  # the display, if any
     elapsed_base: float = 0.0  # run time of earlier sessions
     started: float = field(default_factory=time.monotonic)
     agents: dict[str, Agent] = field(default_factory=dict)
@@ -78,7 +78,8 @@ class RunContext:
         event.elapsed_s = self.elapsed()
         self.ws.append(event)
         self.state.apply(event)
-        self.on_event(event, self.state)
+        if self.on_event is not None:
+            self.on_event(event, self.state)
         return event
 
     def agent_for(self, team) -> Agent:

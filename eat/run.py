@@ -259,7 +259,7 @@ def _context(
         presets=presets,
         make_agent=make_agent,
         eval_config=eval_config,
-        on_event=on_event or (lambda e, s: None),
+        on_event=on_event,
         elapsed_base=state.elapsed_s,
         sleep=sleep,
         # none where an earlier run's skill already says where to start
