@@ -228,6 +228,32 @@ def test_the_model_learns_which_knobs_matter():
     assert mean[0] > mean[1] + 1.0  # the bump, wherever the other knobs are
 
 
+def test_a_long_runs_model_chooses_its_widths_on_a_sample_and_still_learns_which_knobs_matter(
+    monkeypatch,
+):
+    """Past WIDTH_POINTS measurements the width search (some hundred factorizations) scores an
+    even sample of them, the fit itself uses them all: the knob that pays still gets a narrow
+    width and the others the widest."""
+    import numpy as np
+
+    sizes = []
+
+    def recorded(x, z):
+        sizes.append(len(x))
+        return widths(x, z)
+
+    widths = surrogate._widths
+    monkeypatch.setattr(surrogate, "_widths", recorded)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5, (surrogate.FIT_POINTS, 3)) / 4.0
+    y = np.log(1 + 5 * np.exp(-((x[:, 0] - 0.75) ** 2) / 0.05)) + 0.01 * rng.standard_normal(len(x))
+    gp = surrogate.GP(x, y)
+    assert sizes == [surrogate.WIDTH_POINTS] and len(gp.x) == surrogate.FIT_POINTS
+    assert gp.lengths[0] < 1.0 and list(gp.lengths[1:]) == [surrogate.WIDE] * 2
+    surrogate.GP(x[:50], y[:50])
+    assert sizes[1] == 50  # a short run's search scores every measurement
+
+
 def test_the_batched_width_search_scores_each_width_as_one_fit_does():
     """The width search scores its candidate widths in one batched factorization; each score
     is the evidence a single fit with those widths gives (so the widths chosen are too)."""

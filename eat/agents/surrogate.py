@@ -29,6 +29,10 @@ FAILED_PENALTY = math.log(2.0)  # a failed configuration counts as half the wors
 # The most measurements one fit uses (its cost grows with their cube, its memory with their
 # square): the best FIT_BEST and a sample of the rest, so a long run's model stays quick.
 FIT_POINTS, FIT_BEST = 400, 100
+# The most of a fit's measurements the width search scores (an even sample past that): it
+# factors some hundred kernel matrices where the fit factors one, and on all FIT_POINTS it
+# took 70% of a pick.
+WIDTH_POINTS = 200
 
 
 def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -69,26 +73,33 @@ def _evidences(x: np.ndarray, z: np.ndarray, lengths: np.ndarray) -> list[float]
     return list(-0.5 * (w * w).sum(axis=1) - np.log(diagonal).sum(axis=1))
 
 
+def _widths(x: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """A width per knob, by evidence: one for all first, then each knob's in turn (a knob that
+    matters little gets a wide one, so the model learns which knobs matter, as per-knob
+    searches like TPE do)."""
+    tries = np.array([np.full(x.shape[1], w) for w in LENGTHS])
+    evidence = _evidences(x, z, tries)
+    i = max(range(len(tries)), key=evidence.__getitem__)
+    best, lengths = evidence[i], tries[i]
+    for _ in range(2):
+        for d in range(x.shape[1]):
+            tries = np.repeat(lengths[None, :], len(LENGTHS) + 1, axis=0)
+            tries[:, d] = (*LENGTHS, WIDE)
+            for e, t in zip(_evidences(x, z, tries), tries):
+                if e > best + 1e-9:
+                    best, lengths = e, t
+    return lengths
+
+
 class GP:
-    """Posterior of a zero-mean GP on standardized targets; a width per knob, chosen by
-    evidence: one for all first, then each knob's in turn (a knob that matters little gets a
-    wide one, so the model learns which knobs matter, as per-knob searches like TPE do)."""
+    """Posterior of a zero-mean GP on standardized targets, with the widths `_widths` chooses
+    (past WIDTH_POINTS measurements, on an even sample of them)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.mean, self.scale = float(y.mean()), float(y.std()) or 1.0
         z = (y - self.mean) / self.scale
-        tries = np.array([np.full(x.shape[1], w) for w in LENGTHS])
-        evidence = _evidences(x, z, tries)
-        i = max(range(len(tries)), key=evidence.__getitem__)
-        best, lengths = evidence[i], tries[i]
-        for _ in range(2):
-            for d in range(x.shape[1]):
-                tries = np.repeat(lengths[None, :], len(LENGTHS) + 1, axis=0)
-                tries[:, d] = (*LENGTHS, WIDE)
-                for e, t in zip(_evidences(x, z, tries), tries):
-                    if e > best + 1e-9:
-                        best, lengths = e, t
-        _, self.lengths, self.linv, self.alpha = _fit(x, z, lengths)
+        every = -(-len(x) // WIDTH_POINTS)  # 1 up to WIDTH_POINTS: all of them
+        _, self.lengths, self.linv, self.alpha = _fit(x, z, _widths(x[::every], z[::every]))
         self.x = x / self.lengths
 
     def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
