@@ -29,7 +29,7 @@ FAILED_PENALTY = math.log(2.0)  # a failed configuration counts as half the wors
 # The most measurements one fit uses (its cost grows with their cube, its memory with their
 # square): the best FIT_BEST and a sample of the rest, so a long run's model stays quick.
 FIT_POINTS, FIT_BEST = 400, 100
-# The most of a fit's measurements the width search scores (an even sample past that): it
+# The most of a fit's measurements the width search scores (evenly spaced past that): it
 # factors some hundred kernel matrices where the fit factors one, and on all FIT_POINTS it
 # took 70% of a pick.
 WIDTH_POINTS = 200
@@ -98,8 +98,8 @@ class GP:
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.mean, self.scale = float(y.mean()), float(y.std()) or 1.0
         z = (y - self.mean) / self.scale
-        every = -(-len(x) // WIDTH_POINTS)  # 1 up to WIDTH_POINTS: all of them
-        _, self.lengths, self.linv, self.alpha = _fit(x, z, _widths(x[::every], z[::every]))
+        sample = np.linspace(0, len(x) - 1, min(len(x), WIDTH_POINTS)).round().astype(int)
+        _, self.lengths, self.linv, self.alpha = _fit(x, z, _widths(x[sample], z[sample]))
         self.x = x / self.lengths
 
     def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
