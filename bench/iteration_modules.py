@@ -6,8 +6,9 @@ moment the supervisor begins it (`Turn.begin`) until it is released. The real lo
 runner, which answers at once: the runner's own modules (and its child processes) are left out,
 so add the runner a target uses (runners/cpu.py or python.py, with native.py, sets.py, and the
 harness child) to the count, or trace it with `--real` (the CPU runner; its children are not
-traced). Every Python function called in that window, on any thread, is traced; the modules
-are eat's files those functions live in.
+traced). No display is attached: `eat start` adds cli.py, whose progress display each
+recorded event calls. Every Python function called in that window, on any thread, is traced;
+the modules are eat's files those functions live in.
 
     python bench/iteration_modules.py [--turn 3] [--real] [--json]
 """
