@@ -213,16 +213,19 @@ def test_a_climb_with_no_start_climbs_from_the_runs_best_and_a_forked_one_from_i
     assert differs(p.knobs, knobs(tile=64)) == 1
 
 
+def first_knob_bump(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """`n` measurements over three knobs, only the first of which changes the speedup."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5, (n, 3)) / 4.0
+    y = np.log(1 + 5 * np.exp(-((x[:, 0] - 0.75) ** 2) / 0.05)) + 0.01 * rng.standard_normal(n)
+    return x, y
+
+
 def test_the_model_learns_which_knobs_matter():
     """Three knobs, only the first of which changes the speedup: the fit gives the other two
     the widest width (they hardly matter) and the first a narrow one, so its picks vary the
     knob that pays, as a per-knob search (TPE) would."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 5, (60, 3)) / 4.0
-    y = np.log(1 + 5 * np.exp(-((x[:, 0] - 0.75) ** 2) / 0.05)) + 0.01 * rng.standard_normal(60)
-    gp = surrogate.GP(x, y)
+    gp = surrogate.GP(*first_knob_bump(60))
     assert gp.lengths[0] < 1.0 and list(gp.lengths[1:]) == [surrogate.WIDE] * 2
     mean, _ = gp.predict(np.array([[0.75, 0.0, 1.0], [0.0, 0.0, 1.0]]))
     assert mean[0] > mean[1] + 1.0  # the bump, wherever the other knobs are
@@ -234,19 +237,14 @@ def test_a_long_runs_model_chooses_its_widths_on_a_sample_and_still_learns_which
     """Past WIDTH_POINTS measurements the width search (some hundred factorizations) scores an
     even sample of them, the fit itself uses them all: the knob that pays still gets a narrow
     width and the others the widest."""
-    import numpy as np
-
-    sizes = []
+    sizes, widths = [], surrogate._widths
 
     def recorded(x, z):
         sizes.append(len(x))
         return widths(x, z)
 
-    widths = surrogate._widths
     monkeypatch.setattr(surrogate, "_widths", recorded)
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 5, (surrogate.FIT_POINTS, 3)) / 4.0
-    y = np.log(1 + 5 * np.exp(-((x[:, 0] - 0.75) ** 2) / 0.05)) + 0.01 * rng.standard_normal(len(x))
+    x, y = first_knob_bump(surrogate.FIT_POINTS)
     gp = surrogate.GP(x, y)
     assert sizes == [surrogate.WIDTH_POINTS] and len(gp.x) == surrogate.FIT_POINTS
     assert gp.lengths[0] < 1.0 and list(gp.lengths[1:]) == [surrogate.WIDE] * 2
