@@ -1,7 +1,8 @@
 """The knob space's geometry: how far apart two configurations are (`differs`, in knobs;
 `region_radius`, where a region ends; `Fence`, where a team may pick), and `KnobIndex`, every
 evaluated configuration in flat arrays for queries over a long run (`differing`: the best's
-neighbours in LEARNING.md, plateau.promising_regions)."""
+neighbours in LEARNING.md, plateau.promising_regions; `below`: the knob values the explorer
+counts as settled)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,26 @@ class KnobIndex:
         """The codes as one row per knob and one column per candidate (rows' order): comparing a
         knob at a time is several times quicker than a candidate at a time."""
         return np.array(self.table, dtype=np.int32).reshape(len(self.cids), -1).T.copy()
+
+    def below(self, times: int, level: float) -> dict[str, set[str]]:
+        """Per knob, the values (as text) of at least `times` rows with an estimate, every one
+        of them under `level`."""
+        est = np.array(self.estimates)
+        ok = ~np.isnan(est)
+        out: dict[str, set[str]] = {}
+        if not ok.any():
+            return out
+        for (name, column), codes in zip(self.columns.items(), self.by_knob()[:, ok]):
+            size = len(self.codes[column])
+            top = np.full(size, -np.inf)
+            np.maximum.at(top, codes, est[ok])
+            low = (np.bincount(codes, minlength=size) >= times) & (top < level)
+            for value, code in self.codes[column].items():
+                if low[code]:
+                    out.setdefault(name, set()).add(
+                        value[1] if isinstance(value, tuple) else str(value)
+                    )
+        return out
 
     def _code(self, column: int, value: Any) -> int:
         codes = self.codes[column]

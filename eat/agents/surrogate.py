@@ -180,9 +180,11 @@ def spread(
     rng: random.Random,
     count: int = 8,
     fence: Fence | None = None,
+    settled: dict[str, set[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Up to `count` untried configurations that `fence` admits (None: any): those using the
-    knob values measured least often first, then farthest from every configuration measured
+    knob values measured least often first (a `settled` value, per knob, counts as measured
+    more than any other), then farthest from every configuration measured
     (maximin in knob-index space, scaled to [0, 1]): coverage, so no value and no region stays
     unseen."""
     scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
@@ -196,9 +198,13 @@ def spread(
     measured = np.array(sorted(points))
     # Maximin alone only ever picks the grid's boundary: on a landscape whose good values sit
     # inside the range the explorer then measures the same few values again and again.
+    settled = settled or {}
     uses = sum(
-        np.bincount(measured[:, k], minlength=len(values))[grid[:, k]]
-        for k, values in enumerate(space.values())
+        (
+            np.bincount(measured[:, k], minlength=len(values))
+            + len(measured) * np.array([str(v) in settled.get(name, ()) for v in values])
+        )[grid[:, k]]
+        for k, (name, values) in enumerate(space.items())
     )
     jitter = np.array([rng.random() for _ in range(len(grid))]) * 1e-9  # ties: the run's seed
     # Least used first: only rows used no more than the count-th least used can make the cut,
