@@ -38,14 +38,21 @@ class History:
         return event
 
     def eval(
-        self, team: str, speedup: float | None, status: str = "ok", noise: float = 0.01, **knobs
+        self,
+        team: str,
+        speedup: float | None,
+        status: str = "ok",
+        noise: float = 0.01,
+        digest: str | None = None,
+        **knobs,
     ):
+        """A candidate of `team`; `digest`: its source's hash (default: one no source has)."""
         self.n += 1
         return self.add(
             CandidateEvaluated(
                 candidate=f"c{self.n:04d}",
                 team=team,
-                source_hash=f"h{self.n}",
+                source_hash=digest or f"h{self.n}",
                 status=status,
                 speedup=speedup if status == "ok" else None,
                 noise=noise,

@@ -10,6 +10,7 @@ from eat.agents import surrogate
 from eat.agents.offline import OfflineAgent
 from eat.events import TeamSpawned
 from eat.knobspace import Fence, differs
+from eat.runners.base import source_hash
 from eat.target import load_target
 
 SPACE = {"A": list(range(9)), "B": list(range(9))}
@@ -240,6 +241,26 @@ def test_a_climb_tries_the_nearest_values_of_a_knob_first():
     team.evals = 1  # TILE is the second knob: its turn
     p = OfflineAgent(TARGET, seed=0).propose(team, h.state)
     assert p.knobs["TILE"] in (32, 128) and differs(p.knobs, knobs(tile=64)) == 1
+
+
+def test_a_climb_tries_a_settled_value_only_when_no_other_move_is_left():
+    """A one-knob move to a value measured twice under a tenth of the run's best (-O2 here, at
+    1x of 30x) comes after every other move of the centre."""
+    h = History("coordinate-1")
+    best = knobs("IKJ", 64, 4, "-O3 -march=native", 6, 16, 1)
+    h.eval("coordinate-1", 30.0, **best)
+    h.eval("coordinate-1", 1.0, **knobs("IJK", cflags="-O2"))
+    h.eval("coordinate-1", 1.2, **knobs("KJI", 16, 2, "-O2", 2, 32))
+    team = h.state.teams["coordinate-1"]
+    agent = OfflineAgent(TARGET, seed=0)
+    moves = sum(len(k.values) - 1 for k in TARGET.knobs.values())
+    tried = []
+    for _ in range(moves):
+        p = agent.propose(team, h.state)
+        tried.append(p.knobs["CFLAGS"])
+        # no gain: the climb stays at its centre
+        h.eval("coordinate-1", 20.0, digest=source_hash(p.source), **p.knobs)
+    assert tried[-1] == "-O2" and tried.count("-O2") == 1
 
 
 def test_a_climb_with_no_start_climbs_from_the_runs_best_and_a_forked_one_from_its_start():

@@ -28,9 +28,9 @@ from eat.target import Target, assign_knobs
 STRATEGIES = ("coordinate", "explorer", "refiner", "model")
 _TRIES = 200
 # A knob value measured this often, each time under this share of the run's best, is settled:
-# the explorer covers the others first (bench/search_efficiency.py, wins minus losses summed
-# against the best static team / TPE / NGOpt / random: seeds 0-9 -6 / 55 / 64 / 71 ->
-# 6 / 63 / 75 / 74, seeds 10-19 37 / 38 / 63 / 60 -> 38 / 38 / 63 / 59).
+# the explorer covers the others first, a climb moves to it last (bench/search_efficiency.py,
+# wins minus losses summed against the best static team / TPE / NGOpt / random: seeds 0-9
+# -6 / 55 / 64 / 71 -> 3 / 70 / 75 / 82, seeds 10-19 37 / 38 / 63 / 60 -> 43 / 46 / 60 / 71).
 SETTLED_AFTER, SETTLED_BELOW = 2, 0.1
 
 
@@ -175,21 +175,28 @@ class OfflineAgent:
 
     def _neighbours(self, team: Team, state: RunState) -> Proposal | None:
         """The first untried one-knob change of the centre, knobs taken round-robin, each
-        knob's nearest values first (a small step is likelier to help than a leap)."""
+        knob's nearest values first (a small step is likelier to help than a leap), changes to
+        a settled value (_settled) last."""
         center, parent = self._center(team, state)
         names = list(self.target.knobs)
         first = team.evals % len(names)
-        for name in names[first:] + names[:first]:
-            values = self.target.knobs[name].values
-            at = [str(v) for v in values].index(str(center[name]))
-            for value in sorted(values, key=lambda v: abs(values.index(v) - at)):
-                if value == center[name]:
-                    continue
-                p = self._offer(
-                    {**center, name: value}, state, _describe({name: value}, center), parent, team
-                )
-                if p:
-                    return p
+        settled = _settled(state)
+        for late in (False, True):  # settled values only once nothing else is left
+            for name in names[first:] + names[:first]:
+                values = self.target.knobs[name].values
+                at = [str(v) for v in values].index(str(center[name]))
+                for value in sorted(values, key=lambda v: abs(values.index(v) - at)):
+                    if value == center[name] or (str(value) in settled.get(name, ())) != late:
+                        continue
+                    p = self._offer(
+                        {**center, name: value},
+                        state,
+                        _describe({name: value}, center),
+                        parent,
+                        team,
+                    )
+                    if p:
+                        return p
         return None
 
     # -- strategies --------------------------------------------------------------------------
