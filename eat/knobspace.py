@@ -2,7 +2,7 @@
 `region_radius`, where a region ends; `Fence`, where a team may pick), and `KnobIndex`, every
 evaluated configuration in flat arrays for queries over a long run (`differing`: the best's
 neighbours in LEARNING.md, plateau.promising_regions; `below`: the knob values the explorer
-counts as settled)."""
+and the climbs count as settled)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class KnobIndex:
             np.maximum.at(top, codes, est[ok])
             low = (np.bincount(codes, minlength=size) >= times) & (top < level)
             for value, code in self.codes[column].items():
-                if low[code]:
+                if low[code]:  # a list's key is ("unhashable", its repr): the repr is its text
                     out.setdefault(name, set()).add(
                         value[1] if isinstance(value, tuple) else str(value)
                     )
