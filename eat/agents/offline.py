@@ -180,23 +180,20 @@ class OfflineAgent:
         center, parent = self._center(team, state)
         names = list(self.target.knobs)
         first = team.evals % len(names)
+        moves = []
+        for name in names[first:] + names[:first]:
+            values = self.target.knobs[name].values
+            at = [str(v) for v in values].index(str(center[name]))
+            nearest = sorted(values, key=lambda v: abs(values.index(v) - at))
+            moves += [(name, value) for value in nearest if value != center[name]]
         settled = _settled(state)
-        for late in (False, True):  # settled values only once nothing else is left
-            for name in names[first:] + names[:first]:
-                values = self.target.knobs[name].values
-                at = [str(v) for v in values].index(str(center[name]))
-                for value in sorted(values, key=lambda v: abs(values.index(v) - at)):
-                    if value == center[name] or (str(value) in settled.get(name, ())) != late:
-                        continue
-                    p = self._offer(
-                        {**center, name: value},
-                        state,
-                        _describe({name: value}, center),
-                        parent,
-                        team,
-                    )
-                    if p:
-                        return p
+        moves.sort(key=lambda m: str(m[1]) in settled.get(m[0], ()))  # stable: the rest in order
+        for name, value in moves:
+            p = self._offer(
+                {**center, name: value}, state, _describe({name: value}, center), parent, team
+            )
+            if p:
+                return p
         return None
 
     # -- strategies --------------------------------------------------------------------------
