@@ -213,6 +213,11 @@ class _Progress:
             + (
                 f"{best.estimate:.2f}x ({best.cid}"
                 + (f", {best.gflops:.1f} GFLOP/s" if best.gflops else "")
+                + (
+                    f"; vendor {best.vendor_gflops:.1f}"
+                    if best.gflops and best.vendor_gflops
+                    else ""
+                )
                 + ")"
                 if best
                 else "-"
@@ -231,13 +236,34 @@ def _warn_unfenced(config) -> None:
         Console(stderr=True, highlight=False).print(line, style="bold yellow", markup=False)
 
 
+def _best_line(st: dict) -> str:
+    """The run's best as `eat status` and the end of a run say it: its gain and, where the
+    target counts its flops, its GFLOP/s beside the vendor's from the same evaluation."""
+    if not st["best_gain"]:
+        return "best: none yet"
+    cid, gain = st["best_candidate"], st["best_gain"]
+    if st["best_score"] is not None:
+        return (
+            f"best: {cid}, {st['metric']} gain {gain:.2f}x, {st['metric']} {st['best_score']:.4g}"
+        )
+    line = f"best: {cid}, {gain:.2f}x the baseline"
+    if st["best_gflops"]:
+        line += f"; {st['best_gflops']:.1f} GFLOP/s"
+        if st["vendor_gflops"]:
+            line += f", {st['vendor'] or 'the vendor'} {st['vendor_gflops']:.1f} GFLOP/s"
+    return line
+
+
 def _run_with_progress(fn, *args, shown_evals: int, shown_time: float | None, **kwargs):
     from rich.live import Live
+
+    from eat.status import run_status
 
     with Live(console=out, refresh_per_second=4, transient=False) as live:
         path, stop = fn(*args, on_event=_Progress(live, shown_evals, shown_time), **kwargs)
     out.print()
     out.print(f"stopped: {stop}", markup=False)
+    out.print(_best_line(run_status(path)), markup=False)
     out.print(f"workspace: {path}   (eat status {path}; eat resume {path})", markup=False)
     raise typer.Exit(stop.exit_code)
 
@@ -416,9 +442,6 @@ def status(
     if as_json:
         sys.stdout.write(json.dumps(st, indent=2) + "\n")
         return
-    best = f"{st['best_gain']:.2f}x ({st['best_candidate']})" if st["best_gain"] else "-"
-    if st["best_score"] is not None:
-        best = f"{st['metric']} gain {best}, {st['metric']} {st['best_score']:.4g}"
     state = (
         "running"
         if st["running"]
@@ -435,9 +458,10 @@ def status(
             f"{st['skill']['best']} at {st['skill']['best_speedup']:.2f}x)",
             markup=False,
         )
+    out.print(_best_line(st), markup=False)
     out.print(
         f"evaluations {st['evaluations']}/{st['max_evals']} ({st['retimes']} re-times), "
-        f"best {best}, plateaus {st['plateaus']}, restructures {st['restructures']}, "
+        f"plateaus {st['plateaus']}, restructures {st['restructures']}, "
         f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}",
         markup=False,
     )

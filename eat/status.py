@@ -8,7 +8,7 @@ from pathlib import Path
 from eat.errors import EatError
 from eat.events import HeldOutGraded
 from eat.state import RunState
-from eat.target import Grader, load_target
+from eat.target import Grader, Target, load_target
 from eat.workspace import Workspace, tampered
 
 
@@ -26,7 +26,8 @@ def run_status(workspace: Path) -> dict:
     )
     stopped = last if last and last.type == "run_stopped" else None
     started = events[0] if events and events[0].type == "run_started" else None
-    grader = grader_of(ws)
+    target = sealed_target(ws)
+    grader = target.grader if target else None
     held = next((e for e in reversed(events) if isinstance(e, HeldOutGraded)), None)
     return {
         "workspace": str(ws.paths.root),
@@ -51,6 +52,7 @@ def run_status(workspace: Path) -> dict:
         "best_candidate": best.cid if best else None,
         "best_gflops": best.gflops if best else None,
         "vendor_gflops": best.vendor_gflops if best else None,
+        "vendor": target.vendor.name if target and target.vendor else None,
         "teams": [
             {
                 "id": t.id,
@@ -94,9 +96,15 @@ def run_status(workspace: Path) -> dict:
     )
 
 
-def grader_of(ws: Workspace) -> Grader | None:
-    """The run's grader, from its sealed target (None: a kernel target, or none readable)."""
+def sealed_target(ws: Workspace) -> Target | None:
+    """The run's target as sealed at its start (None: none readable)."""
     try:
-        return load_target(ws.paths.target_copy).grader
+        return load_target(ws.paths.target_copy)
     except (EatError, OSError):  # a status never fails on the snapshot: it reads the log
         return None
+
+
+def grader_of(ws: Workspace) -> Grader | None:
+    """The run's grader, from its sealed target (None: a kernel target, or none readable)."""
+    target = sealed_target(ws)
+    return target.grader if target else None

@@ -243,3 +243,30 @@ def test_the_live_display_shows_what_agents_and_people_wrote_as_written():
     event = HumanSteered(source="steer", text="keep scratch files out of [/tmp] [bold]")
     progress(event, RunState())
     assert "keep scratch files out of [/tmp] [bold]" in screen.file.getvalue()
+
+
+def test_the_live_display_puts_the_best_beside_the_vendor():
+    import io
+
+    from history import History
+    from rich.console import Console
+
+    from eat import cli
+    from eat.events import CandidateEvaluated
+
+    run = History("coordinate-1")
+    event = run.add(
+        CandidateEvaluated(
+            candidate="c0001",
+            team="coordinate-1",
+            source_hash="h1",
+            status="ok",
+            speedup=40.0,
+            gflops=110.7,
+            vendor_gflops=100.74,
+        )
+    )
+    screen = Console(file=io.StringIO(), width=200)
+    progress = cli._Progress(SimpleNamespace(update=screen.print), max_evals=10, max_time=None)
+    progress(event, run.state)
+    assert "best: 40.00x (c0001, 110.7 GFLOP/s; vendor 100.7)" in screen.file.getvalue()

@@ -226,6 +226,7 @@ def test_cli_start_against_a_local_server(quick_matmul, tmp_path, llm_server):
         ).stdout
     )
     assert st["best_speedup"] > 2 and st["tokens"]["prompt"] >= 4100
+    assert f"best: {st['best_candidate']}, {st['best_speedup']:.2f}x the baseline" in done.stdout
     assert llm_server.requests[0].json["model"] == "eat-test-model"
     leaks = [p for p in ws.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert leaks == [] and SECRET not in done.stdout + done.stderr

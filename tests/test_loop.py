@@ -70,6 +70,13 @@ def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     assert {"best_speedup", "evaluations", "teams", "tokens", "cost_usd", "stopped"} <= data.keys()
     assert all({"id", "state"} <= t.keys() for t in data["teams"])
     assert data["evaluations"] == 16 and data["stopped"] == "max_evals"
+    # What a kernel engineer reads first: the best's GFLOP/s beside the vendor's, named.
+    assert data["vendor"].startswith("numpy") and data["best_gflops"] and data["vendor_gflops"]
+    text = subprocess.run(eat_cmd("status", str(ws)), capture_output=True, text=True).stdout
+    assert (
+        f"best: {data['best_candidate']}, {data['best_speedup']:.2f}x the baseline; "
+        f"{data['best_gflops']:.1f} GFLOP/s, {data['vendor']} {data['vendor_gflops']:.1f} GFLOP/s"
+    ) in text
 
 
 class LuckyFirstTimings(FakeRunner):
