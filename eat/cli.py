@@ -483,9 +483,15 @@ def status(
             t["state"],
             str(t["evaluations"]),
             str(t["near_top"]),
-            f"{t['best_gain']:.2f}x" if t["best_gain"] else "-",
+            f"{t['best_gain']:.2f}x ({t['best_candidate']})" if t["best_gain"] else "-",
         )
     out.print(table)
+    if any((t["best_gain"] or 0) > (st["best_gain"] or 0) for t in st["teams"]):
+        out.print(
+            "(a team's best is its highest median; the run's is ranked by median less measured "
+            "spread, so one lucky timing does not lead the run)",
+            markup=False,
+        )
 
 
 @app.command()

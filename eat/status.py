@@ -61,6 +61,7 @@ def run_status(workspace: Path) -> dict:
                 "state": t.state,
                 "evaluations": t.evals,
                 "best_gain": t.best_estimate,
+                "best_candidate": t.best.cid if t.best else None,
                 "best_speedup": t.best_estimate if not grader else None,
                 "share": t.share,
                 "near_top": t.hits,

@@ -122,6 +122,41 @@ def test_a_re_time_is_committed_with_its_teams_notes(tmp_path):
     assert all(describe(e) in bodies for e in retimes)
 
 
+class NoisyFirst(FakeRunner):
+    """The first candidate times 3.0x with a wide spread (IQR half the median), every later one
+    2.9x, steadily."""
+
+    def __init__(self):
+        super().__init__(lambda k: 2.9 if self.calls > 1 else 3.0)
+
+    def evaluate(self, target, source, **kw):
+        self.noise = 0.5 if self.calls == 0 else 0.01
+        return super().evaluate(target, source, **kw)
+
+
+def test_status_names_each_teams_best_and_says_why_one_stands_above_the_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from eat.cli import app
+
+    ws = tmp_path / "ws"
+    start_run(
+        ROOT / "examples" / "cpu_matmul",
+        ws,
+        runner=NoisyFirst(),
+        max_evals=4,
+        teams=["coordinate"],
+        supervise=False,
+    )
+    st = run_status(ws)
+    shown = CliRunner().invoke(app, ["status", str(ws)]).output
+    (team,) = st["teams"]
+    assert team["best_gain"] == 3.0 and st["best_gain"] == 2.9  # the first's timing is doubted
+    assert f"3.00x ({team['best_candidate']})" in shown
+    assert f"best: {st['best_candidate']}, 2.90x the baseline" in shown
+    assert "so one lucky timing does not lead the run" in " ".join(shown.split())
+
+
 def test_a_plateau_is_restructured_and_the_restructure_scored(quick_matmul, tmp_path):
     # Scripted speedups (a fake runner): ikj order is the only gain a one-knob climb finds, so
     # the coordinate team stalls at once and the supervisor must act.
