@@ -191,7 +191,7 @@ class _Progress:
         self.live, self.max_evals, self.max_time = live, max_evals, max_time
 
     def __call__(self, event, state) -> None:
-        from eat.events import describe
+        from eat.events import describe, gflops_text
 
         table = Table(show_header=True, header_style="bold", box=None)
         for col in ("team", "strategy", "state", "evals", "best"):
@@ -208,21 +208,13 @@ class _Progress:
         budget = f"{state.spent_evals}/{self.max_evals} evaluations"
         if self.max_time:
             budget += f", {max(0.0, self.max_time - state.elapsed_s):.0f} s left"
+        shown = "-"
+        if best:
+            flops = gflops_text(best.gflops, best.vendor_gflops, None)
+            shown = f"{best.estimate:.2f}x ({best.cid}{'; ' + flops if flops else ''})"
         head = (
-            f"[bold]{budget}[/bold]   best: "
-            + (
-                f"{best.estimate:.2f}x ({best.cid}"
-                + (f", {best.gflops:.1f} GFLOP/s" if best.gflops else "")
-                + (
-                    f"; vendor {best.vendor_gflops:.1f}"
-                    if best.gflops and best.vendor_gflops
-                    else ""
-                )
-                + ")"
-                if best
-                else "-"
-            )
-            + f"   plateaus {state.plateaus}, restructures {state.restructures}"
+            f"[bold]{budget}[/bold]   best: {shown}"
+            f"   plateaus {state.plateaus}, restructures {state.restructures}"
         )
         # Text, not markup: the line quotes agents and people ("[/tmp]" broke the display).
         self.live.update(Group(head, table, Text(f"last: {describe(event)}"[:200])))
@@ -239,6 +231,8 @@ def _warn_unfenced(config) -> None:
 def _best_line(st: dict) -> str:
     """The run's best as `eat status` and the end of a run say it: its gain and, where the
     target counts its flops, its GFLOP/s beside the vendor's from the same evaluation."""
+    from eat.events import gflops_text
+
     if not st["best_gain"]:
         return "best: none yet"
     cid, gain = st["best_candidate"], st["best_gain"]
@@ -246,12 +240,8 @@ def _best_line(st: dict) -> str:
         return (
             f"best: {cid}, {st['metric']} gain {gain:.2f}x, {st['metric']} {st['best_score']:.4g}"
         )
-    line = f"best: {cid}, {gain:.2f}x the baseline"
-    if st["best_gflops"]:
-        line += f"; {st['best_gflops']:.1f} GFLOP/s"
-        if st["vendor_gflops"]:
-            line += f", {st['vendor'] or 'the vendor'} {st['vendor_gflops']:.1f} GFLOP/s"
-    return line
+    flops = gflops_text(st["best_gflops"], st["vendor_gflops"], st["vendor"])
+    return f"best: {cid}, {gain:.2f}x the baseline" + (f"; {flops}" if flops else "")
 
 
 def _run_with_progress(fn, *args, shown_evals: int, shown_time: float | None, **kwargs):

@@ -301,6 +301,16 @@ def speedup_text(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def gflops_text(gflops: float | None, vendor_gflops: float | None, vendor: str | None) -> str:
+    """A kernel's GFLOP/s beside the vendor's from the same evaluation, as people read it:
+    '110.7 GFLOP/s, numpy (OpenBLAS) 100.7 GFLOP/s'; '' where the target counts no flops."""
+    if not gflops:
+        return ""
+    if not vendor_gflops:
+        return f"{gflops:.1f} GFLOP/s"
+    return f"{gflops:.1f} GFLOP/s, {vendor or 'the vendor'} {vendor_gflops:.1f} GFLOP/s"
+
+
 def clip(text: str, most: int = 160) -> str:
     """`text` cut to `most` characters at a word's end, marked: a knob list cut mid-name
     read as a knob that does not exist."""

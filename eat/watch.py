@@ -23,9 +23,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from eat.events import Event, describe, speedup_text
+from eat.events import Event, describe, gflops_text, speedup_text
 from eat.state import Candidate, RunState
-from eat.status import grader_of
+from eat.status import sealed_target
 from eat.steer import watch_writes
 from eat.workspace import LogReader, Paths, Workspace, read_key, tampered
 
@@ -58,8 +58,10 @@ class RunView:
     def __init__(self, ws: Workspace):
         self.ws = ws
         self.config = ws.config()
-        grader = grader_of(ws)
+        target = sealed_target(ws)
+        grader = target.grader if target else None
         self.label = f"{grader.label} " if grader else ""  # a kernel's is its speedup
+        self.vendor = target.vendor.name if target and target.vendor else None
         self._reset()
 
     def _reset(self) -> None:
@@ -138,10 +140,12 @@ def frame(view: RunView, running: bool) -> RenderableType:
     if bad := tampered(view.log.bad):
         lines.append(Text(f"tampered: {bad}", style="bold red"))
     if best:
+        flops = gflops_text(best.gflops, best.vendor_gflops, view.vendor)
         lines.append(
             Text(
-                f"best {view.label}{speedup_text(best.estimate)} ({best.cid} by {best.team})  "
-                f"{sparkline(view.curve)}"
+                f"best {view.label}{speedup_text(best.estimate)} ({best.cid} by {best.team})"
+                + (f", {flops}" if flops else "")
+                + f"  {sparkline(view.curve)}"
             )
         )
     else:

@@ -269,4 +269,5 @@ def test_the_live_display_puts_the_best_beside_the_vendor():
     screen = Console(file=io.StringIO(), width=200)
     progress = cli._Progress(SimpleNamespace(update=screen.print), max_evals=10, max_time=None)
     progress(event, run.state)
-    assert "best: 40.00x (c0001, 110.7 GFLOP/s; vendor 100.7)" in screen.file.getvalue()
+    shown = screen.file.getvalue()
+    assert "best: 40.00x (c0001; 110.7 GFLOP/s, the vendor 100.7 GFLOP/s)" in shown

@@ -72,11 +72,15 @@ def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     assert data["evaluations"] == 16 and data["stopped"] == "max_evals"
     # What a kernel engineer reads first: the best's GFLOP/s beside the vendor's, named.
     assert data["vendor"].startswith("numpy") and data["best_gflops"] and data["vendor_gflops"]
+    flops = (
+        f"{data['best_gflops']:.1f} GFLOP/s, {data['vendor']} {data['vendor_gflops']:.1f} GFLOP/s"
+    )
     text = subprocess.run(eat_cmd("status", str(ws)), capture_output=True, text=True).stdout
     assert (
-        f"best: {data['best_candidate']}, {data['best_speedup']:.2f}x the baseline; "
-        f"{data['best_gflops']:.1f} GFLOP/s, {data['vendor']} {data['vendor_gflops']:.1f} GFLOP/s"
-    ) in text
+        f"best: {data['best_candidate']}, {data['best_speedup']:.2f}x the baseline; {flops}" in text
+    )
+    frame = subprocess.run(eat_cmd("watch", str(ws), "--once"), capture_output=True, text=True)
+    assert f"({data['best_candidate']} by " in frame.stdout and flops in frame.stdout
 
 
 class LuckyFirstTimings(FakeRunner):
