@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eat.events import clip, speedup_text, verdict_text
+from eat.events import clip, gflops_text, speedup_text, verdict_text
 from eat.knobspace import differing
 from eat.merge import merge_write
 from eat.state import Candidate, RunState, spread
@@ -177,10 +177,10 @@ def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
     items = _grouped(state, lessons(state))
     effects, dead, untried = knob_effects(state, target)
     near, unmeasured = around_best(state, target)
-    label = f" {target.metric_name}" if target.program else ""  # a kernel's is its speedup
+    best = _best_line(state.best, target)
     keep = len(items)
     while True:
-        text = _compose(state, items, keep, effects, dead, untried, near, unmeasured, label)
+        text = _compose(state, items, keep, effects, dead, untried, near, unmeasured, best)
         if len(text) <= cap or keep == 0:
             break
         keep = keep // 2 if keep > 4 else keep - 1
@@ -188,11 +188,24 @@ def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
         # Still too long: merge the longest detail list into a count (never drop the tail).
         longest = max((dead, untried, effects, near), key=len)
         longest[:] = [f"{len(longest)} entries consolidated"]
-        text = _compose(state, items, keep, effects, dead, untried, near, unmeasured, label)
+        text = _compose(state, items, keep, effects, dead, untried, near, unmeasured, best)
     return text
 
 
-def _compose(state, items, keep, effects, dead, untried, near, unmeasured, label: str) -> str:
+def _best_line(b: Candidate | None, target: Target) -> str:
+    """The line under "Best so far": its gain (a program's metric named), its GFLOP/s beside
+    the vendor's, what it is."""
+    if b is None:
+        return "No verified candidate yet."
+    label = f" {target.metric_name}" if target.program else ""  # a kernel's is its speedup
+    flops = gflops_text(b.gflops, b.vendor_gflops, target.vendor.name if target.vendor else None)
+    return (
+        f"{b.cid} (team {b.team}): {speedup_text(b.estimate)}{label} over the baseline"
+        f"{'; ' + flops if flops else ''}; {clip(b.what)}"
+    )
+
+
+def _compose(state, items, keep, effects, dead, untried, near, unmeasured, best: str) -> str:
     # Most stable first, so LLM prompt caches keep hitting: the lessons only grow at their end;
     # what changes with every new best comes last.
     lines = ["## Lessons", ""]
@@ -221,19 +234,7 @@ def _compose(state, items, keep, effects, dead, untried, near, unmeasured, label
         lines += [f"- {n}" for n in near]
         if unmeasured:
             lines.append(f"- not measured yet: {', '.join(unmeasured)}")
-    lines += ["", "## Best so far", ""]
-    if b:
-        vendor = (
-            f"; the vendor library reaches {b.vendor_gflops:.1f} GFLOP/s" if b.vendor_gflops else ""
-        )
-        flops = f", {b.gflops:.1f} GFLOP/s" if b.gflops else ""
-        lines.append(
-            f"{b.cid} (team {b.team}): {speedup_text(b.estimate)}"
-            f"{label} over the baseline{flops}"
-            f"{vendor}; {clip(b.what)}"
-        )
-    else:
-        lines.append("No verified candidate yet.")
+    lines += ["", "## Best so far", "", best]
     if state.restructures:
         lines.append(f"{state.restructures} restructures so far; {state.plateaus} plateaus")
     return "\n".join(lines)

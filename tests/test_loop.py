@@ -81,6 +81,10 @@ def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     )
     frame = subprocess.run(eat_cmd("watch", str(ws), "--once"), capture_output=True, text=True)
     assert f"({data['best_candidate']} by " in frame.stdout and flops in frame.stdout
+    assert flops in (ws / "LEARNING.md").read_text()
+    skill = tmp_path / "SKILL.md"
+    subprocess.run(eat_cmd("skill", "export", str(ws), "-o", str(skill)), check=True)
+    assert flops in skill.read_text()
 
 
 class LuckyFirstTimings(FakeRunner):
