@@ -198,7 +198,7 @@ def _best_line(b: Candidate | None, target: Target) -> str:
     if b is None:
         return "No verified candidate yet."
     label = f" {target.metric_name}" if target.program else ""  # a kernel's is its speedup
-    flops = gflops_text(b.gflops, b.vendor_gflops, target.vendor.name if target.vendor else None)
+    flops = gflops_text(b.gflops, b.vendor_gflops, target.vendor_name)
     return (
         f"{b.cid} (team {b.team}): {speedup_text(b.estimate)}{label} over the baseline"
         f"{'; ' + flops if flops else ''}; {clip(b.what)}"

@@ -231,9 +231,7 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
     if target.knobs:
         lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
         lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
-    flops = gflops_text(
-        best.gflops, best.vendor_gflops, target.vendor.name if target.vendor else None
-    )
+    flops = gflops_text(best.gflops, best.vendor_gflops, target.vendor_name)
     lines += [
         "",
         "## The best candidate",

@@ -52,7 +52,7 @@ def run_status(workspace: Path) -> dict:
         "best_candidate": best.cid if best else None,
         "best_gflops": best.gflops if best else None,
         "vendor_gflops": best.vendor_gflops if best else None,
-        "vendor": target.vendor.name if target and target.vendor else None,
+        "vendor": target.vendor_name if target else None,
         "teams": [
             {
                 "id": t.id,

@@ -420,6 +420,11 @@ class Target(_Strict):
         return self.grader is not None
 
     @property
+    def vendor_name(self) -> str | None:
+        """How reports name the library it is compared with (None: it names none)."""
+        return self.vendor.name if self.vendor else None
+
+    @property
     def metric_name(self) -> str:
         """What a candidate's headline figure is called: the grader's metric gain, or speedup."""
         return self.grader.label if self.grader else "speedup"

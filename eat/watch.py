@@ -61,7 +61,7 @@ class RunView:
         target = sealed_target(ws)
         grader = target.grader if target else None
         self.label = f"{grader.label} " if grader else ""  # a kernel's is its speedup
-        self.vendor = target.vendor.name if target and target.vendor else None
+        self.vendor = target.vendor_name if target else None
         self._reset()
 
     def _reset(self) -> None:

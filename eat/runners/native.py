@@ -176,7 +176,7 @@ class NativeRunner(ABC):
             device=self.device,
             arch=self.arch(target),
             source_hash=source_hash(source),
-            vendor=target.vendor.name if target.vendor else None,
+            vendor=target.vendor_name,
         )
         flags, refused = self.flags(source, target.build.cflags)
         if refused:
