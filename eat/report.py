@@ -26,12 +26,13 @@ from eat.events import (
     RunStopped,
     TeamSpawned,
     describe,
+    gflops_text,
     speedup_text,
     verdict_text,
 )
 from eat.merge import read_settled
 from eat.state import RunState
-from eat.status import grader_of
+from eat.status import sealed_target
 from eat.workspace import Workspace, tampered, write_atomic
 
 COLORS = [
@@ -83,6 +84,7 @@ class Facts:
     llm: list[LLMCalled] = field(default_factory=list)
     stopped: RunStopped | None = None  # the last session's end, None while one runs or crashed
     label: str = "speedup"  # what the headline is: a kernel's speedup, a program's metric gain
+    vendor: str | None = None  # how the target names the library it is compared with
     held_out: HeldOutGraded | None = None  # a program's best graded on its held-out split
 
     @property
@@ -588,7 +590,10 @@ def _summary(ws: Workspace, f: Facts, max_evals: int) -> str:
         if stop
         else "not running (stopped without a record, e.g. crashed)"
     )
-    best = f"{speedup_text(st.best_speedup)} ({st.best.cid})" if st.best else "none yet"
+    best = "none yet"
+    if st.best:
+        flops = gflops_text(st.best.gflops, st.best.vendor_gflops, f.vendor)
+        best = f"{speedup_text(st.best_speedup)} ({st.best.cid}{'; ' + flops if flops else ''})"
     teams = _table(
         ["team", "preset", "strategy", "state", "evaluations", "best"],
         [
@@ -626,8 +631,9 @@ def render(ws: Workspace) -> str:
     log = ws.read_log()  # a torn last line (a run writing it now) is left out
     config = ws.config()
     f = collect(log.events, config)
-    if grader := grader_of(ws):
-        f.label = grader.label
+    if target := sealed_target(ws):
+        f.label = target.grader.label if target.grader else f.label
+        f.vendor = target.vendor_name
     legend = "".join(
         f'<button class="key" data-team="{escape(t)}"><span class="sw" '
         f'style="background:{c}"></span>{escape(t)}</button>'

@@ -8,7 +8,7 @@ from pathlib import Path
 from eat.errors import EatError
 from eat.events import HeldOutGraded
 from eat.state import RunState
-from eat.target import Grader, Target, load_target
+from eat.target import Target, load_target
 from eat.workspace import Workspace, tampered
 
 
@@ -103,9 +103,3 @@ def sealed_target(ws: Workspace) -> Target | None:
         return load_target(ws.paths.target_copy)
     except (EatError, OSError):  # a status never fails on the snapshot: it reads the log
         return None
-
-
-def grader_of(ws: Workspace) -> Grader | None:
-    """The run's grader, from its sealed target (None: a kernel target, or none readable)."""
-    target = sealed_target(ws)
-    return target.grader if target else None

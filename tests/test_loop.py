@@ -85,6 +85,9 @@ def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     skill = tmp_path / "SKILL.md"
     subprocess.run(eat_cmd("skill", "export", str(ws), "-o", str(skill)), check=True)
     assert flops in skill.read_text()
+    html = tmp_path / "report.html"
+    subprocess.run(eat_cmd("report", str(ws), "-o", str(html)), check=True)
+    assert f"({data['best_candidate']}; {flops})" in html.read_text()
 
 
 class LuckyFirstTimings(FakeRunner):
