@@ -177,7 +177,7 @@ def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
     items = _grouped(state, lessons(state))
     effects, dead, untried = knob_effects(state, target)
     near, unmeasured = around_best(state, target)
-    best = _best_line(state.best, target)
+    best = best_line(state.best, target)
     keep = len(items)
     while True:
         text = _compose(state, items, keep, effects, dead, untried, near, unmeasured, best)
@@ -192,16 +192,16 @@ def render(state: RunState, target: Target, cap: int = CAP_CHARS) -> str:
     return text
 
 
-def _best_line(b: Candidate | None, target: Target) -> str:
-    """The line under "Best so far": its gain (a program's metric named), its GFLOP/s beside
-    the vendor's, what it is."""
+def best_line(b: Candidate | None, target: Target, most: int = 160) -> str:
+    """How LEARNING.md and SKILL.md name a run's best: its gain (a program's metric named), its
+    GFLOP/s beside the vendor's, what it is (clipped to `most` characters)."""
     if b is None:
         return "No verified candidate yet."
     label = f" {target.metric_name}" if target.program else ""  # a kernel's is its speedup
     flops = gflops_text(b.gflops, b.vendor_gflops, target.vendor_name)
     return (
         f"{b.cid} (team {b.team}): {speedup_text(b.estimate)}{label} over the baseline"
-        f"{'; ' + flops if flops else ''}; {clip(b.what)}"
+        f"{'; ' + flops if flops else ''}; {clip(b.what, most)}"
     )
 
 

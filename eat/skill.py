@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from eat import learning
 from eat.errors import BadInput, read_file
-from eat.events import clip, gflops_text, speedup_text
+from eat.events import clip, speedup_text
 from eat.state import Candidate, RunState, known_estimate
 from eat.target import Target, load_target
 from eat.workspace import Workspace, write_atomic
@@ -231,15 +231,7 @@ def render(state: RunState, target: Target, source: str | None = None) -> str:
     if target.knobs:
         lines += ["", "## What each knob does", ""] + ([f"- {e}" for e in effects] or ["- no data"])
         lines += ["", "## Dead ends", ""] + ([f"- {d}" for d in dead] or ["- none found"])
-    flops = gflops_text(best.gflops, best.vendor_gflops, target.vendor_name)
-    lines += [
-        "",
-        "## The best candidate",
-        "",
-        f"{best.cid} (team {best.team}): {speedup_text(best.estimate)} over the baseline"
-        + (f"; {flops}" if flops else "")
-        + f"; {clip(best.what, 300)}",
-    ]
+    lines += ["", "## The best candidate", "", learning.best_line(best, target, most=300)]
     ideas = _key_ideas(best, target)
     if ideas:
         lines += ["", "Key ideas (its source is the baseline with these knob values):"] + [

@@ -335,3 +335,20 @@ def test_a_new_best_that_a_retime_put_below_what_it_beat_is_not_a_lesson_that_he
     texts = [t for t, _ in kept]
     assert any("(c0002 over c0001)" in t for t in texts)
     assert not any("(c0003 over c0002)" in t for t in texts) and dropped == 1
+
+
+def test_a_programs_skill_names_its_best_by_the_graders_metric_as_learning_md_does():
+    """SKILL.md names the best as LEARNING.md does (one sentence): a program's gain is its
+    grader's metric, not a speedup."""
+    from history import History
+
+    from eat.learning import best_line
+    from eat.skill import render
+
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 1.2)
+    h.eval("coordinate-1", 1.5)
+    target = load_target(EXAMPLES / "pendulum_policy")
+    line = render(h.state, target).split("## The best candidate\n\n")[1].splitlines()[0]
+    assert line == best_line(h.state.best, target, most=300)
+    assert line.startswith(f"c0002 (team coordinate-1): 1.50x {target.metric_name} over the")
