@@ -11,6 +11,7 @@ from pathlib import Path
 from eat import learning, supervisor
 from eat.advisor import LLMAdvisor
 from eat.agents.external import CommandAgent, check_preset
+from eat.agents.fence import check_writes
 from eat.agents.llm import LLMAgent
 from eat.agents.offline import OfflineAgent
 from eat.budget import INTERRUPTED, Stop, llm_budget_spent
@@ -97,6 +98,8 @@ def _make_agent_factory(
     )
     for runtime in runtimes - {None, "prompt", "tools"}:
         check_preset(runtime, config.model)
+        if config.agents.confine:
+            check_writes(config.agents.writes)
     if {"prompt", "tools"} & runtimes and config.model == "offline":
         raise BadInput("the prompt and tools runtimes need --model (a litellm model)")
     if config.model == "offline" and not target.knobs and not config.agent:

@@ -538,6 +538,22 @@ def test_a_run_whose_agents_go_unfenced_says_so_before_it_starts(quick_matmul, t
     assert warning(make_config(target="t", agents={"confine": False})) is None  # offline
 
 
+def test_a_writes_folder_that_cannot_be_made_is_bad_input_before_the_run(tmp_path, quick_matmul):
+    from eat.errors import BadInput
+    from eat.run import start_run
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(BadInput, match=r"\[agents\] writes: .*a-file/sub/: cannot be made"):
+        start_run(
+            quick_matmul,
+            tmp_path / "ws",
+            agent="command",
+            agent_command="true",
+            agents={"writes": [f"{tmp_path}/a-file/sub/"]},
+        )
+    assert not (tmp_path / "ws").exists()
+
+
 def test_a_fence_lets_declared_folders_be_written_but_never_one_holding_the_run(
     tmp_path, monkeypatch
 ):
@@ -552,8 +568,11 @@ def test_a_fence_lets_declared_folders_be_written_but_never_one_holding_the_run(
         pytest.skip("needs Landlock (Linux 5.13+)")
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "target" / "private").mkdir(parents=True)
+    (tmp_path / "a-file").write_text("")
     config = make_config(
-        target=str(tmp_path / "target"), agents={"writes": ["~", "~/.cache/tool/", "~/absent-file"]}
+        target=str(tmp_path / "target"),
+        # "~/a-file/sub/" cannot be made (a file stands where its folder would): left out
+        agents={"writes": ["~", "~/.cache/tool/", "~/absent-file", "~/a-file/sub/"]},
     )
     ctx = SimpleNamespace(config=config, ws=SimpleNamespace(paths=Paths(tmp_path / "ws")))
     fence = fence_for(ctx, "t-1", tmp_path / "tmp", ("~/.claude/",))

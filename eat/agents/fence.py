@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from eat.config import EXTERNAL
+from eat.errors import BadInput
 from eat.runners.sandbox import landlock_abi
 from eat.seal import hidden
 
@@ -39,9 +40,10 @@ def fence_for(ctx, team: str, tmp: Path, declared: tuple[str, ...] = ()) -> Fenc
     writable = [paths.worktree(team), tmp, Path("/dev")]
     kept = [paths.root.resolve(), Path(ctx.config.target).resolve()]
     for entry in (*declared, *ctx.config.agents.writes):
-        path = Path(os.path.expanduser(entry))
-        if entry.endswith("/"):
-            path.mkdir(parents=True, exist_ok=True)  # a CLI's own folder: there from its start
+        try:
+            path = writable_path(entry)
+        except OSError:
+            continue  # it cannot be made (now): there is nothing there to write
         # A folder holding the workspace or the target would open them all: left out.
         if path.exists() and not any(k.is_relative_to(path.resolve()) for k in kept):
             writable.append(path)
@@ -49,6 +51,25 @@ def fence_for(ctx, team: str, tmp: Path, declared: tuple[str, ...] = ()) -> Fenc
         writable=[str(p) for p in writable],
         unreadable=hidden(paths.sealed, Path(ctx.config.target)),
     )
+
+
+def writable_path(entry: str) -> Path:
+    """An entry of a `writes` list as a path; one ending in '/' (a CLI's own folder, there from
+    its start) is made if missing (OSError where it cannot be)."""
+    path = Path(os.path.expanduser(entry))
+    if entry.endswith("/"):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_writes(entries: list[str]) -> None:
+    """Before a run: BadInput for an `[agents] writes` folder that cannot be made."""
+    for entry in entries:
+        try:
+            writable_path(entry)
+        except OSError as e:
+            why = e.strerror or str(e)
+            raise BadInput(f"[agents] writes: {entry}: cannot be made ({why})") from None
 
 
 def holds(confine: bool = True) -> str:
