@@ -35,7 +35,8 @@ class AgentsConfig(BaseModel):
         [],
         description="More folders (or files) every agent may change, "
         "e.g. a cache its tools need; `~` is the user's home, and an "
-        "entry ending in '/' is made if missing. One that holds the "
+        "entry ending in '/' is made if missing (a run refuses one that "
+        "cannot be made). One that holds the "
         "workspace or the target (such as `~` itself) is left out.",
     )
 
