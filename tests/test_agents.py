@@ -582,6 +582,7 @@ def test_a_fence_lets_declared_folders_be_written_but_never_one_holding_the_run(
         str(tmp_path / ".cache/tool"),
     ]
     assert fence.unreadable == [str(tmp_path / "ws/.eat/sealed"), str(tmp_path / "target/private")]
+    assert fence.left_out == ["~/a-file/sub/"]  # CommandAgent.work names them in agent.log
     assert (
         fence_for(
             SimpleNamespace(config=make_config(target="t", agents={"confine": False}), ws=ctx.ws),

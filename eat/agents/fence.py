@@ -26,6 +26,7 @@ class Fence:
 
     writable: list[str]
     unreadable: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # declared folders that could not be made
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -39,17 +40,20 @@ def fence_for(ctx, team: str, tmp: Path, declared: tuple[str, ...] = ()) -> Fenc
     paths = ctx.ws.paths
     writable = [paths.worktree(team), tmp, Path("/dev")]
     kept = [paths.root.resolve(), Path(ctx.config.target).resolve()]
+    left_out = []
     for entry in (*declared, *ctx.config.agents.writes):
         try:
             path = writable_path(entry)
         except OSError:
-            continue  # it cannot be made (now): there is nothing there to write
+            left_out.append(entry)  # it cannot be made (now): there is nothing there to write
+            continue
         # A folder holding the workspace or the target would open them all: left out.
         if path.exists() and not any(k.is_relative_to(path.resolve()) for k in kept):
             writable.append(path)
     return Fence(
         writable=[str(p) for p in writable],
         unreadable=hidden(paths.sealed, Path(ctx.config.target)),
+        left_out=left_out,
     )
 
 
