@@ -96,10 +96,11 @@ def _make_agent_factory(
         if config.agent
         else {p.runtime for p in presets.values() if p.name in config.start_teams()}
     )
-    for runtime in runtimes - {None, "prompt", "tools"}:
+    external = runtimes - {None, "prompt", "tools"}
+    for runtime in external:
         check_preset(runtime, config.model)
-        if config.agents.confine:
-            check_writes(config.agents.writes)
+    if external and config.agents.confine:
+        check_writes(config.agents.writes)
     if {"prompt", "tools"} & runtimes and config.model == "offline":
         raise BadInput("the prompt and tools runtimes need --model (a litellm model)")
     if config.model == "offline" and not target.knobs and not config.agent:

@@ -448,7 +448,7 @@ class CommandAgent:  # a base.Worker
             text = out.read().decode("utf-8", "replace")
         # A stop that ended the agent between two polls still says why it ended.
         why = why or self._stopped or f"the agent exited with code {proc.returncode}"
-        said = f"{why} (not fenced: {holds(ctx.config.agents.confine)})" if not fence else why
+        said = why if fence else f"{why} (not fenced: {holds(ctx.config.agents.confine)})"
         if fence and fence.left_out:
             said += f" (left out of its fence, could not be made: {', '.join(fence.left_out)})"
         self._report(team, text, said)
