@@ -17,7 +17,6 @@ import platform
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from eat.cache import device_lock, doctor_file
 from eat.runners.base import Peaks
 from eat.runners.cpu import cpu_model
 from eat.runners.native import compiler_version
-from eat.runners.sandbox import containment
+from eat.runners.sandbox import containment, scratch
 
 _FMA = r"""
 #include <stdio.h>
@@ -202,7 +201,7 @@ _GPU_RUN_TIMEOUT_S = 120.0
 
 
 def _run_c(source: str, cpu: int, compiler: str = "cc") -> float:
-    with tempfile.TemporaryDirectory(prefix="eat-doctor-") as tmp:
+    with scratch("doctor") as tmp:
         src, exe = Path(tmp) / "bench.c", Path(tmp) / "bench"
         src.write_text(source)
         subprocess.run(
@@ -357,7 +356,7 @@ def measure_gpu_peaks() -> tuple[str, Peaks]:
 
     Raises RuntimeError (or subprocess.TimeoutExpired) saying why it could not.
     """
-    with tempfile.TemporaryDirectory(prefix="eat-doctor-") as tmp:
+    with scratch("doctor") as tmp:
         src, exe = Path(tmp) / "peaks.cu", Path(tmp) / "peaks"
         src.write_text(GPU_PEAKS_CU)
         # The device's arch as the GPU runner finds it; else `native` (a visible GPU and nvcc

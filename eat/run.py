@@ -30,7 +30,7 @@ from eat.events import (
 )
 from eat.llm import LLMClient, LLMSettings, check_model
 from eat.notes import write_notes
-from eat.runners import runner_for
+from eat.runners import runner_for, sandbox
 from eat.runners.base import Evaluation, Runner
 from eat.seal import Guarded, Seal, differences, digest, files_of, hidden, recorded_digest, snapshot
 from eat.skill import Skill
@@ -197,6 +197,7 @@ def start_run(
     knob space, copied into the workspace (resume reads the copy) and given to every agent."""
     target = load_target(target_path)
     config = make_config(target=str(Path(target_path).resolve()), **overrides)
+    sandbox.sweep()  # what runs killed with kill -9 left in the temporary folder
     loaded = load_skill(skill, target) if skill is not None else None
     presets = load_presets()
     for name in config.start_teams():
@@ -330,6 +331,7 @@ def resume_run(
     folder that changed since the run started is refused (BadInput) unless
     `accept_target_change`: then it is the run's target from here on (target_changed)."""
     ws = Workspace.open(workspace)
+    sandbox.sweep()  # a crashed run's leftovers in the temporary folder (its candidates' folders)
     with ws.lock():
         config = ws.config()
         changed = {k: v for k, v in budgets.items() if v is not None}

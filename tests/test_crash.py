@@ -27,8 +27,11 @@ def _start(quick_matmul, ws, workers: int):
     else:  # killed before the workspace existed: nothing to resume yet
         args = ["start", str(quick_matmul), "-w", str(ws), "--max-evals", str(TOTAL)]
     args += ["--workers", str(workers)]
+    tmp = ws.parent / "tmp"  # the runs' temporary folder, to see what the kills leave there
+    tmp.mkdir(exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "eat", *args],
+        env=os.environ | {"TMPDIR": str(tmp)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -119,6 +122,8 @@ def test_kill_9_at_random_moments_then_resume(quick_matmul, tmp_path, seed, work
             assert assured(state.best, doubt) >= assured(state.candidates[before.cid], doubt)
     assert (ws / "best" / "CANDIDATE").read_text().strip().endswith(state.best.cid)
     assert not Workspace.open(ws).is_locked()
+    # The killed runs' candidate folders were swept by the resumes, the last run's by itself.
+    assert not list((tmp_path / "tmp").glob("eat-*"))
     rows = [
         line for line in (ws / "EVOLUTION.md").read_text().splitlines() if line.startswith("- `")
     ]

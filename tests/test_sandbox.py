@@ -212,16 +212,23 @@ print("shell", shell.stdout.strip(), "Permission denied" in shell.stderr)
     assert said["shell"] == "2 True"
 
 
-def test_contained_processes_die_with_the_process_that_started_them(tmp_path):
+def _eat_child(tmp_path, code: str) -> list[str]:
+    """A Python process running `code` with this eat as `sandbox` and `tmp_path` as `d`."""
     repo = Path(eat.__file__).resolve().parent.parent
-    code = (
-        f"import sys; sys.path.insert(0, {str(repo)!r})\n"
+    head = (
+        f"import os, sys; sys.path.insert(0, {str(repo)!r})\n"
         "from pathlib import Path\nfrom eat.runners import sandbox\n"
         f"d = Path({str(tmp_path)!r})\n"
+    )
+    return [sys.executable, "-c", head + code]
+
+
+def test_contained_processes_die_with_the_process_that_started_them(tmp_path):
+    code = (
         "sandbox.run(['sleep', '301'], cwd=d, env=sandbox.clean_env(d),"
         " limits=sandbox.Limits(wall_s=600))\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code])
+    parent = subprocess.Popen(_eat_child(tmp_path, code))
     sleepers = []
     deadline = time.monotonic() + 20
     while not sleepers and time.monotonic() < deadline:
@@ -234,3 +241,34 @@ def test_contained_processes_die_with_the_process_that_started_them(tmp_path):
     while any(_cmdline(p) == "sleep301" for p in sleepers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_cmdline(p) == "sleep301" for p in sleepers)
+
+
+def test_sweep_removes_the_scratch_folders_of_killed_processes_only(tmp_path):
+    """A process killed with -9 inside `scratch` leaves its folder; `sweep` removes it and
+    keeps a live process's folder, another pid namespace's, other names and symbolic links."""
+    code = (
+        "with sandbox.scratch('cand', d) as mine:\n"
+        "    (Path(mine) / 'candidate.so').write_bytes(b'x' * 1000)\n"
+        "    os.kill(os.getpid(), 9)\n"
+    )
+    killed = subprocess.run(_eat_child(tmp_path, code))
+    assert killed.returncode == -9
+    (left,) = tmp_path.iterdir()
+    assert left.name.startswith("eat-cand-") and (left / "candidate.so").exists()
+    namespace, pid = left.name.split("-")[2].split(".")
+    with sandbox.scratch("cand", tmp_path) as live:
+        foreign = tmp_path / f"eat-cand-{int(namespace) + 1}.{pid}-abcdefgh"
+        foreign.mkdir()  # another pid namespace's (a container sharing /tmp): not ours to judge
+        unrelated = tmp_path / "eat-cand-notapid"
+        unrelated.mkdir()
+        link = tmp_path / left.name.replace("eat-cand-", "eat-link-")
+        link.symlink_to(live)
+        assert sandbox.sweep(tmp_path) == [left]
+        assert not left.exists()
+        assert {p.name for p in tmp_path.iterdir()} == {
+            Path(live).name,
+            foreign.name,
+            unrelated.name,
+            link.name,
+        }
+    assert sandbox.sweep(tmp_path) == []

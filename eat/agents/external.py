@@ -37,6 +37,7 @@ from eat.errors import BadInput
 from eat.events import LLMCalled
 from eat.executors.local import default_workers
 from eat.llm import redact
+from eat.runners import sandbox
 from eat.runners.base import eat_pythonpath
 from eat.state import RunState, Team
 from eat.workspace import source_name
@@ -382,33 +383,32 @@ class CommandAgent:  # a base.Worker
             budget_usd=turn_budget(ctx.config, state),
         )
         bindir = os.path.dirname(sys.executable)  # where this eat's `eat` is installed
-        # The turn's own temporary folder: the one outside its worktree that it may write.
-        tmp = Path(tempfile.mkdtemp(prefix=f"eat-agent-{team.id}-"))
-        env = os.environ | {
-            "EAT_WORKSPACE": str(paths.root),
-            "EAT_TEAM": team.id,
-            "EAT_TASK": str(task),
-            "PYTHONPATH": eat_pythonpath(),
-            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-            "EAT_AGENT_STEPS": str(ctx.config.agent_steps),
-            "TMPDIR": str(tmp),
-            "TMP": str(tmp),
-            "TEMP": str(tmp),
-        }
-        homes = {k: os.environ.get(k) or os.path.expanduser(v) for k, v in self.preset.homes}
-        env |= homes
-        if job.budget_usd is not None:  # for --agent-command scripts; presets pass it as a flag
-            env["EAT_MAX_COST_USD"] = f"{job.budget_usd:.4f}"
-        fence = fence_for(
-            ctx, team.id, tmp, self.preset.writes + tuple(f"{h}/" for h in homes.values())
-        )
-        fenced = ["--fence", json.dumps(fence.to_json())] if fence else []
         with self._lock:
             self._stopped = None
-        with tempfile.TemporaryFile() as out:
+        # The turn's own temporary folder: the one outside its worktree that it may write.
+        with sandbox.scratch(f"agent-{team.id}") as tmp_name, tempfile.TemporaryFile() as out:
+            tmp = Path(tmp_name)
+            env = os.environ | {
+                "EAT_WORKSPACE": str(paths.root),
+                "EAT_TEAM": team.id,
+                "EAT_TASK": str(task),
+                "PYTHONPATH": eat_pythonpath(),
+                "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+                "EAT_AGENT_STEPS": str(ctx.config.agent_steps),
+                "TMPDIR": str(tmp),
+                "TMP": str(tmp),
+                "TEMP": str(tmp),
+            }
+            homes = {k: os.environ.get(k) or os.path.expanduser(v) for k, v in self.preset.homes}
+            env |= homes
+            if job.budget_usd is not None:  # for --agent-command scripts; presets pass it as a flag
+                env["EAT_MAX_COST_USD"] = f"{job.budget_usd:.4f}"
+            fence = fence_for(
+                ctx, team.id, tmp, self.preset.writes + tuple(f"{h}/" for h in homes.values())
+            )
+            fenced = ["--fence", json.dumps(fence.to_json())] if fence else []
             with self._lock:
                 if self._stopped:
-                    shutil.rmtree(tmp, ignore_errors=True)
                     return self._stopped
                 self._proc = subprocess.Popen(
                     [sys.executable, "-m", "eat.agents.contain", *fenced, *self.preset.argv(job)],
@@ -443,7 +443,6 @@ class CommandAgent:  # a base.Worker
                 _end(proc)
                 with self._lock:
                     self._proc = None
-                shutil.rmtree(tmp, ignore_errors=True)
             out.seek(0)
             text = out.read().decode("utf-8", "replace")
         # A stop that ended the agent between two polls still says why it ended.

@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from eat.runners import sandbox
@@ -42,7 +41,7 @@ def vectorization(target: Target, source: str, timeout_s: float = 60.0) -> str:
     flags, refused = CpuRunner().flags(source, target.build.cflags)
     if refused:
         return refused
-    with tempfile.TemporaryDirectory(prefix="eat-prof-") as tmp:
+    with sandbox.scratch("prof") as tmp:
         src = Path(tmp) / "candidate.c"
         src.write_text(source)
         cmd = [
@@ -89,7 +88,7 @@ def remarks(log: str, source: str) -> str:
 def ncu_summary(target: Target, source: str, timeout_s: float = 300.0) -> str:
     """Nsight Compute's speed of light for the kernels one evaluation of `source` launches
     (`ncu --section SpeedOfLight --csv` over `eat eval`); needs a GPU where ncu may profile."""
-    with tempfile.TemporaryDirectory(prefix="eat-ncu-") as tmp:
+    with sandbox.scratch("ncu") as tmp:
         src = Path(tmp) / "candidate.cu"
         src.write_text(source)
         cmd = [

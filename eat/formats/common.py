@@ -57,7 +57,7 @@ def fitted(
     from eat.runners import sandbox
     from eat.runners.base import eat_pythonpath
 
-    with tempfile.TemporaryDirectory(prefix="eat-fit-") as tmp:
+    with sandbox.scratch("fit") as tmp:
         (Path(tmp) / "reference.py").write_text(reference)
         job = {
             "reference": str(Path(tmp) / "reference.py"),

@@ -36,7 +36,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -228,7 +227,7 @@ def cuda_arch(
 @lru_cache(maxsize=64)
 def nvcc_accepts(compiler: str, arch: str) -> bool:
     """Whether this nvcc builds for `arch` (a dry run: it checks the arch, compiles nothing)."""
-    with tempfile.TemporaryDirectory(prefix="eat-arch-") as tmp:
+    with sandbox.scratch("arch") as tmp:
         try:
             done = subprocess.run(
                 [compiler, "--dryrun", f"-arch={arch}", "-c", "probe.cu", "-o", "probe.o"],
@@ -264,7 +263,7 @@ def probe(kind: str, runtime: str | None, env: tuple[tuple[str, str], ...]) -> d
     A child, because a broken driver can hang or crash its caller; under the harness's memory
     limit, so a runtime that cannot start under it is reported here rather than as a crash.
     """
-    with tempfile.TemporaryDirectory(prefix="eat-gpu-probe-") as tmp:
+    with sandbox.scratch("gpu-probe") as tmp:
         cmd = [sys.executable, "-m", "eat.runners.gpurt", kind] + ([runtime] if runtime else [])
         limits = sandbox.Limits(
             wall_s=_PROBE_S,

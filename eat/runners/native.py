@@ -189,7 +189,7 @@ class NativeRunner(ABC):
                 **ev,
             )
         durations: dict[str, float] = {}
-        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp_name:
+        with sandbox.scratch("cand", workdir) as tmp_name:
             tmp = Path(tmp_name)
             t0 = time.monotonic()
             compile_log = self._build(target, source, flags, cfg, tmp)

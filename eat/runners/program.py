@@ -15,7 +15,6 @@ import secrets
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -103,7 +102,7 @@ class ProgramRunner:
                     compile(text, name, "exec")
         except (SyntaxError, ValueError) as e:
             return Evaluation(status="compile_error", message=f"{type(e).__name__}: {e}", **ev)
-        with tempfile.TemporaryDirectory(prefix="eat-prog-", dir=workdir) as tmp_name:
+        with sandbox.scratch("prog", workdir) as tmp_name:
             tmp = Path(tmp_name)
             folders = [self._folder(tmp / "candidate", files)]
             if grader.paired and cfg.timed:

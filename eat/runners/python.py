@@ -18,7 +18,6 @@ import os
 import secrets
 import subprocess
 import sys
-import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -132,7 +131,7 @@ class PythonRunner:
                 status="compile_error", message=f"{type(e).__name__}: {e}", compile_log=str(e), **ev
             )
         durations: dict[str, float] = {}
-        with tempfile.TemporaryDirectory(prefix="eat-cand-", dir=workdir) as tmp_name:
+        with sandbox.scratch("cand", workdir) as tmp_name:
             tmp = Path(tmp_name)
             (tmp / "candidate.py").write_text(source)
             job = self._job(target, cfg, tmp / "candidate.py")

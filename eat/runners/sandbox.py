@@ -9,6 +9,8 @@ is not enforced. `confine()`, called there too, uses Landlock (where the kernel 
 so the candidate changes files only in its own folder (not the cache, the workspace or the
 user's files), reads nothing of a run's sealed folder or a target's private/, and opens no
 TCP connection; an external agent's fence is the same call, with the network left open.
+The folders that work runs in are `scratch()` folders, named for the process that made them, so
+that `sweep()` can remove those a run killed with kill -9 left behind.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import signal
 import stat
 import struct
@@ -158,6 +161,61 @@ def run(
         timed_out=timed_out,
         signal_name=sig,
     )
+
+
+# --- scratch folders -----------------------------------------------------------------------
+
+# eat-<kind>-<pid namespace>.<pid>-<mkdtemp's 8 characters>
+_SCRATCH = re.compile(r"^eat-.+-(\d+)\.(\d+)-[a-z0-9_]{8}$")
+
+
+def _owner() -> str:
+    """This process as scratch names say it: a pid is unique only within its pid namespace, and
+    containers may share one temporary folder."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    except OSError:  # no /proc (macOS): no pid namespaces either
+        namespace = "0"
+    return f"{namespace}.{os.getpid()}"
+
+
+def scratch(kind: str, dir: Path | None = None) -> tempfile.TemporaryDirectory:
+    """A temporary folder named for the process that makes it, so that `sweep` can tell one a
+    killed run left behind (kill -9 runs no cleanup)."""
+    return tempfile.TemporaryDirectory(
+        prefix=f"eat-{kind}-{_owner()}-", dir=dir, ignore_cleanup_errors=True
+    )
+
+
+def sweep(root: Path | None = None) -> list[Path]:
+    """Remove the scratch folders in `root` (the temporary folder) that this user's processes
+    made in this pid namespace and that outlived them; returns those removed."""
+    namespace = _owner().split(".")[0]
+    removed = []
+    with os.scandir(root or tempfile.gettempdir()) as entries:
+        for entry in entries:
+            m = _SCRATCH.match(entry.name)
+            if not m or m[1] != namespace or _alive(int(m[2])):
+                continue
+            try:
+                if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            if not os.path.lexists(entry.path):
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _kill_group(pid: int) -> None:
