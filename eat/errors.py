@@ -23,7 +23,7 @@ def read_file(path) -> str:
 
     path = Path(path)
     if not path.is_file():
-        raise BadInput(f"{path}: file not found")
+        raise BadInput(f"{path}: {'is a folder' if path.is_dir() else 'file not found'}")
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError) as e:

@@ -22,7 +22,6 @@ from eat.charts import (
     progress_chart,
     workloads_chart,
 )
-from eat.errors import BadInput
 from eat.events import (
     CandidateEvaluated,
     HeldOutGraded,
@@ -40,22 +39,14 @@ from eat.events import (
 from eat.merge import read_settled
 from eat.state import RunState
 from eat.status import sealed_target
-from eat.workspace import Workspace, tampered, write_atomic
+from eat.workspace import Workspace, tampered, write_output
 
 
 def write_report(workspace: Path, out: Path | None = None) -> Path:
     """Write the run's report (default: report.html in the workspace); returns its path."""
     ws = Workspace.open(workspace)
     out = Path(out) if out else ws.paths.report
-    if out.is_dir():
-        raise BadInput(f"{out}: is a folder; give a file name")
-    if not out.parent.is_dir():
-        raise BadInput(f"{out.parent}: no such folder")
-    page = render(ws)
-    try:  # atomic: a reader (or a failure) sees the old report or the new one, never half
-        write_atomic(out, page, durable=False)
-    except OSError as e:
-        raise BadInput(f"{out}: cannot write: {e.strerror or e}") from None
+    write_output(out, render(ws))  # a reader sees the old report or the new one, never half
     return out
 
 

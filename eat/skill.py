@@ -27,7 +27,7 @@ from eat.errors import BadInput, read_file
 from eat.events import clip, speedup_text
 from eat.state import Candidate, RunState, known_estimate
 from eat.target import Target, load_target
-from eat.workspace import Workspace, write_atomic
+from eat.workspace import Workspace, write_output
 
 VERSION = 1
 TOP = 8  # configurations kept, best first
@@ -102,15 +102,15 @@ def export(workspace: Path, out: Path | None = None) -> Path:
     source = source_file.read_text() if source_file.is_file() else None
     out = Path(out) if out is not None else Path("SKILL.md")
     _refuse_to_clobber(out)
-    write_atomic(out, render(state, target, source))
+    write_output(out, render(state, target, source))
     return out
 
 
 def _refuse_to_clobber(out: Path) -> None:
     """BadInput when `out` holds something other than a skill eat exported: a person's own
     SKILL.md (or any file) in the folder is never written over."""
-    if not out.exists():
-        return
+    if not out.is_file():
+        return  # nothing to keep (a folder or a missing one is write_output's to refuse)
     try:
         parse(out.read_text(), str(out))
     except (BadInput, OSError, UnicodeDecodeError):

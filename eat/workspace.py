@@ -158,6 +158,19 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     os.replace(tmp, path)
 
 
+def write_output(out: Path, text: str) -> None:
+    """Write a file a person named for eat's output (a report, an exported skill), atomically;
+    BadInput when it is a folder, its folder is missing or the write fails."""
+    if out.is_dir():
+        raise BadInput(f"{out}: is a folder; give a file name")
+    if not out.parent.is_dir():
+        raise BadInput(f"{out.parent}: no such folder")
+    try:
+        write_atomic(out, text, durable=False)
+    except OSError as e:
+        raise BadInput(f"{out}: cannot write: {e.strerror or e}") from None
+
+
 # -- the log's lines ------------------------------------------------------------------------------
 # A line eat writes is the event's JSON with one more key at the end, its mac:
 # `{...,"mac":"<HMAC-SHA256(key, the JSON without it), 64 hex digits>"}`. The mac covers the

@@ -31,6 +31,7 @@ def _one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
 def test_missing_target_and_candidate_exit_2(tmp_path):
     _one_line_error(eat("eval", str(tmp_path / "none"), "x.c"), "none", "no such target folder")
     _one_line_error(eat("eval", str(MATMUL), str(tmp_path / "gone.c")), "gone.c", "not found")
+    _one_line_error(eat("eval", str(MATMUL), str(tmp_path)), str(tmp_path), "is a folder")
 
 
 def test_malformed_target_names_file_and_field(tmp_path):

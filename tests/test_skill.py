@@ -160,6 +160,18 @@ def test_cli_export_writes_skill_md_here_and_never_over_a_persons_file(tmp_path,
     assert written.read_text() == mine
 
 
+def test_export_to_a_place_it_cannot_write_is_bad_input_and_makes_nothing(tmp_path, skill_file):
+    earlier = tmp_path / "earlier"
+    for out, words in [
+        (tmp_path / "no" / "SKILL.md", "no such folder"),  # was made, folders and all
+        (tmp_path, "is a folder"),
+        (Path("/proc/SKILL.md"), "cannot write"),  # was a traceback
+    ]:
+        with pytest.raises(BadInput, match=words):
+            export(earlier, out)
+    assert not (tmp_path / "no").exists()
+
+
 def test_a_run_given_the_skill_reaches_the_earlier_best_sooner(quick_matmul, tmp_path, skill_file):
     best = run_status(tmp_path / "earlier")["best_speedup"]
     # Seeds other than the earlier run's: the skill must help, not the same random choices.
