@@ -258,3 +258,53 @@ def verdict_ok(target) -> bool:
     )
     ev = runner_for(target).evaluate(target, target.baseline_source(), config=cfg)
     return ev.status == "ok"
+
+
+WIDE_MLP = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, input_size, hidden_layer_sizes, output_size):
+        super().__init__()
+        layers, current = [], input_size
+        for hidden in hidden_layer_sizes:
+            layers += [nn.Linear(current, hidden), nn.ReLU()]
+            current = hidden
+        self.network = nn.Sequential(*layers, nn.Linear(current, output_size))
+
+    def forward(self, x):
+        return self.network(x)
+
+batch_size = 16
+input_size = 2048
+hidden_layer_sizes = [4096, 4096]
+output_size = 1024
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+def get_init_inputs():
+    return [input_size, hidden_layer_sizes, output_size]
+"""
+
+
+def test_list_elements_are_sizes_too(tmp_path):
+    """`hidden_layer_sizes = [4096, 4096]` (KernelBench level 3's wide MLP, scaled down here):
+    its elements are parameters, so fitting can shrink the weights they size; the model still
+    gets a list. Before, the list was no parameter and the published weights stayed."""
+    ref, published = reference(tmp_path, "2_WideMLP.py", WIDE_MLP)
+    assert published == {
+        "batch_size": 16,
+        "input_size": 2048,
+        "hidden_layer_sizes_0": 4096,
+        "hidden_layer_sizes_1": 4096,
+        "output_size": 1024,
+    }
+    # The weights: (2048 + 4096 + 1024) x 4096 floats, 112 MiB; within 16 MiB the hidden sizes
+    # (the largest) are halved first
+    fit, _ = fitted(ref, published, tmp_path, max_bytes=16 << 20, max_call_s=1e9)
+    assert fit["hidden_layer_sizes_0"] < 4096 and fit["hidden_layer_sizes_1"] < 4096
+    target = load_target(
+        import_kernelbench(problem(tmp_path, "2_WideMLP.py", WIDE_MLP), tmp_path / "fit", "cpu")
+    )
+    assert verdict_ok(target)

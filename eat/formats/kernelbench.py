@@ -32,8 +32,8 @@ TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
 _ADDED = """
 
 # ---- Added by `eat import kernelbench` ----
-# A workload sets any of the int/float constants in _EAT_PARAMS by name (a tuple of numbers,
-# `shape = (4, 8)`, by its elements: shape_0, shape_1). The module's top-level
+# A workload sets any of the int/float constants in _EAT_PARAMS by name (a tuple or list of
+# numbers, `shape = (4, 8)`, by its elements: shape_0, shape_1). The module's top-level
 # assignments are re-run with those values in place, so sizes derived from them follow, and
 # get_inputs / get_init_inputs run against the result (this module's globals stay as written).
 import types as _eat_types
@@ -72,8 +72,8 @@ def init_inputs(**params):
 _HEADER = """Imported by `eat import kernelbench` from {src}.
 A candidate is a Python file defining class ModelNew(nn.Module) like Model; it is built as
 Model is (torch.manual_seed(0), ModelNew(*init_inputs)) and called with the inputs.
-Workload parameters are the problem's int/float constants (a tuple's elements as name_0,
-name_1, ...); add workloads to try other sizes."""
+Workload parameters are the problem's int/float constants (a tuple's or list's elements as
+name_0, name_1, ...); add workloads to try other sizes."""
 
 
 def _constant(node: ast.expr):
@@ -93,13 +93,13 @@ def _constant(node: ast.expr):
 
 
 def _elements(node: ast.stmt, names: dict) -> list | None:
-    """The numbers of `name = (n0, n1, ...)`, a tuple of int/float constants bound to one name
-    whose element names (name_0, ...) the module does not use; else None."""
+    """The numbers of `name = (n0, n1, ...)` or `name = [n0, n1, ...]`, int/float constants
+    bound to one name whose element names (name_0, ...) the module does not use; else None."""
     if not (
         isinstance(node, ast.Assign)
         and len(node.targets) == 1
         and isinstance(node.targets[0], ast.Name)
-        and isinstance(node.value, ast.Tuple)
+        and isinstance(node.value, (ast.Tuple, ast.List))
     ):
         return None
     items = [_constant(e) for e in node.value.elts]
@@ -132,7 +132,7 @@ def import_kernelbench(
     require_free(names, ("ModelNew", "inputs", "init_inputs"), src)
 
     params: dict[str, int | float] = {}
-    elements: dict[str, list[str]] = {}  # a tuple's name -> its elements' parameters
+    elements: dict[str, list[str]] = {}  # a tuple's (or list's) name -> its elements' parameters
     assignments = []
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -149,14 +149,16 @@ def import_kernelbench(
                             params[n.id] = value
                         else:  # bound to something computed: not a plain size (any more)
                             params.pop(n.id, None)
-            # `shape = (32768,)`: each element a parameter, the tuple made of them (items: the
-            # node binds one name to a tuple)
+            # `shape = (32768,)`, `sizes = [32768, 32768]`: each element a parameter, the tuple
+            # or list made of them (items: the node binds one name to one)
             if items and isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
                 name = node.targets[0].id
                 elements[name] = [f"{name}_{i}" for i in range(len(items))]
                 params |= dict(zip(elements[name], items))
                 assignments += [f"{name}_{i} = {v!r}" for i, v in enumerate(items)]
-                statement = f"{name} = ({', '.join(f'{name}_{i}' for i in range(len(items)))},)"
+                made = ", ".join(elements[name])
+                made = f"[{made}]" if isinstance(node.value, ast.List) else f"({made},)"
+                statement = f"{name} = {made}"
             assignments.append(statement)
 
     source = source.rstrip() + "\n"
