@@ -272,3 +272,4 @@ def test_sweep_removes_the_scratch_folders_of_killed_processes_only(tmp_path):
             link.name,
         }
     assert sandbox.sweep(tmp_path) == []
+    assert sandbox.sweep(tmp_path / "missing") == []  # nothing to list: nothing swept

@@ -191,20 +191,23 @@ def sweep(root: Path | None = None) -> list[Path]:
     """Remove the scratch folders in `root` (the temporary folder) that this user's processes
     made in this pid namespace and that outlived them; returns those removed."""
     namespace = _owner().split(".")[0]
-    removed = []
-    with os.scandir(root or tempfile.gettempdir()) as entries:
-        for entry in entries:
-            m = _SCRATCH.match(entry.name)
-            if not m or m[1] != namespace or _alive(int(m[2])):
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(root or tempfile.gettempdir()))
+    except OSError:  # a temporary folder it cannot list: nothing of it to sweep
+        return removed
+    for entry in entries:
+        m = _SCRATCH.match(entry.name)
+        if not m or m[1] != namespace or _alive(int(m[2])):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
                 continue
-            try:
-                if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
-                    continue
-            except OSError:
-                continue
-            shutil.rmtree(entry.path, ignore_errors=True)
-            if not os.path.lexists(entry.path):
-                removed.append(Path(entry.path))
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.lexists(entry.path):
+            removed.append(Path(entry.path))
     return removed
 
 
