@@ -308,3 +308,46 @@ def test_list_elements_are_sizes_too(tmp_path):
         import_kernelbench(problem(tmp_path, "2_WideMLP.py", WIDE_MLP), tmp_path / "fit", "cpu")
     )
     assert verdict_ok(target)
+
+
+NO_META = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, img_size=64):
+        super().__init__()
+        # A value read from a tensor as the model is built (Swin's drop-path rates): the meta
+        # device cannot build it.
+        self.rate = torch.linspace(0, 0.1, 4)[1].item()
+        self.img_size = img_size
+        self.proj = nn.Conv2d(3, 8, 4, stride=4)
+
+    def forward(self, x):
+        assert x.shape[-1] == self.img_size, "input image size does not match the model"
+        return self.proj(x) * (1 - self.rate)
+
+batch_size = 64
+image_size = 64
+
+def get_inputs():
+    return [torch.rand(batch_size, 3, image_size, image_size)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_the_meta_device_cannot_build_keeps_the_sizes_its_forward_needs(tmp_path):
+    """KernelBench level 3's Swin models: the image size is a constant of get_inputs only, the
+    model keeps its own default; halving it fails the forward. Without the meta device (the
+    model reads a tensor's value as it is built) each halving is checked by a real call."""
+    ref, published = reference(tmp_path, "29_NoMeta.py", NO_META)
+    fit, _ = fitted(ref, published, tmp_path, max_bytes=16 << 20, max_call_s=0)
+    assert fit == {"batch_size": 8, "image_size": 64}  # as small as it goes, the image kept
+    # Nothing to halve (the batch under 16, the image needed): kept, and the header says why
+    _, note = fitted(ref, published | {"batch_size": 8}, tmp_path, max_call_s=0)
+    assert "the published ones, kept: none could be halved" in note
+    # Bytes counted on the real device (not 0): 64 x 3 x 64 x 64 floats in (3 MiB), 64 x 8 x
+    # 16 x 16 out (0.5 MiB) and the conv's 392 parameters
+    _, note = fitted(ref, published, tmp_path, max_call_s=1e9)
+    assert "inputs, outputs and parameters 4 MiB" in note and "published ones fit" in note

@@ -89,10 +89,16 @@ def fitted(
     new = answer["params"]
     changed = [f"{k} = {params[k]} -> {new[k]}" for k in params if new[k] != params[k]]
     mb, ms = answer["bytes"] / 2**20, answer["call_s"] * 1e3
+    over = answer["bytes"] > max_bytes or answer["call_s"] > max_call_s
+    kept = (
+        "the published ones, kept: none could be halved (under 16, or the model needs it as it is)"
+        if over
+        else "the published ones fit"
+    )
     note = (
         f"\nSizes fitted to one CPU core (--sizes fit: inputs, outputs and parameters "
         f"{mb:.0f} MiB, a reference call {ms:.0f} ms): "
-        + ("; ".join(changed) if changed else "the published ones fit")
+        + ("; ".join(changed) if changed else kept)
         + ".\n`eat import ... --sizes published` keeps the published sizes."
     )
     return new, note

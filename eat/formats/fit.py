@@ -5,8 +5,10 @@ one CPU core such a problem cannot even be held. `eat import ... --runner cpu` (
 runs this in a child, where torch is imported, with the target's reference file and its
 workload: it keeps the published sizes where inputs, outputs and parameters fit `max_bytes` and a
 reference call takes under `max_call_s` on one thread, and otherwise halves the largest size
-constant (never one under 16, never one that leaves the model unbuildable) until they do.
-Bytes are counted on torch's meta device, so a 6 GB problem allocates nothing. The answer is one
+constant (never one under 16, never one that leaves the model unbuildable or its forward
+failing) until they do. Bytes are counted, and a halving checked, on torch's meta device, so a
+6 GB problem allocates nothing; a model the meta device cannot build (one that reads a value
+from a tensor as it is built) has its halvings checked by real calls. The answer is one
 tagged line: {"params", "bytes", "call_s"} or {"error"}.
 """
 
@@ -63,9 +65,9 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
             model = _part("its Model does not build", mod.Model, *init)
             return model, _part("get_inputs() failed", mod.inputs, 0, **p)
 
-    def nbytes(p: dict) -> int:
+    def nbytes(p: dict, device: str = "meta") -> int:
         """Inputs, outputs and parameters; a model whose sizes do not go together raises."""
-        model, args = build(p, "meta")
+        model, args = build(p, device)
         out = None
         try:
             with torch.no_grad():
@@ -75,8 +77,16 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
         held = [*_tensors(args), *_tensors(out), *model.parameters(), *model.buffers()]
         return sum(t.numel() * t.element_size() for t in held)
 
+    timed: dict[tuple, float] = {}
+
     def call_s(p: dict) -> float:
         """One reference call's seconds, after a first one; inf when it cannot be held."""
+        key = tuple(sorted(p.items()))
+        if key not in timed:
+            timed[key] = _call_s(p)
+        return timed[key]
+
+    def _call_s(p: dict) -> float:
         try:
             model, args = build(p, "cpu")
             with torch.no_grad():
@@ -116,6 +126,8 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
                 try:
                     if meta:
                         nbytes(smaller)
+                    else:  # a real call, affordable: the larger sizes before it ran already
+                        call_s(smaller)
                     return smaller
                 except Exception:
                     pass
@@ -130,6 +142,8 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
         took = call_s(p)
     if took == float("inf"):
         raise MemoryError("the reference cannot be held in memory at any size tried")
+    if not meta:
+        size = nbytes(p, "cpu")  # it fits: counted on the real device
     return {"params": p, "bytes": size, "call_s": took}
 
 
