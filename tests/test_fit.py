@@ -157,6 +157,11 @@ def test_a_problem_that_does_not_run_is_a_clear_error(tmp_path):
         r"\(it needs a GPU: import it with --runner cuda\)",
     ):
         import_kernelbench(problem(tmp_path, "5_GpuOnly.py", gpu_only), tmp_path / "g", "cpu")
+    lacking = "import eat_no_such_package\n" + ELEMENTWISE.format(batch=4, dim=8)
+    with pytest.raises(  # KernelBench's Mamba2 problems import einops
+        BadInput, match="on the CPU, it imports eat_no_such_package, which eat's Python lacks"
+    ):
+        import_kernelbench(problem(tmp_path, "6_Lacking.py", lacking), tmp_path / "l", "cpu")
 
 
 @pytest.mark.slow

@@ -153,6 +153,8 @@ def main() -> None:
         answer = fit(**job)
     except ProblemError as e:  # the problem itself fails: its get_inputs, its Model
         answer = {"error": str(e)}
+    except ModuleNotFoundError as e:  # KernelBench's Mamba2 problems import einops
+        answer = {"error": f"it imports {e.name}, which eat's Python lacks: install it there"}
     except Exception as e:
         answer = {"error": f"{type(e).__name__}: {e}"[:300]}
     print(TAG + json.dumps(answer), flush=True)
