@@ -5,6 +5,7 @@ Dependency-free: the agent container (eat/agents/contain.py) imports it at start
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -38,6 +39,14 @@ def descendants(root: int) -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    """Running (a zombie is not)."""
+    """Running (a zombie is not); without /proc (macOS), whether the process exists."""
     fields = stat(pid)
-    return fields is not None and fields[0] != "Z"
+    if fields is not None or Path("/proc/self").exists():
+        return fields is not None and fields[0] != "Z"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

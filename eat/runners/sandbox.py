@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eat.procs import alive
+
 # Variables a compiler, numpy and the harness need; everything else is dropped.
 _ENV_KEEP = re.compile(r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|PYTHONPATH|OPENBLAS_[A-Z0-9_]+|CC)$")
 _SECRETISH = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH|COOKIE|SESSION|PRIVATE", re.I)
@@ -198,7 +200,7 @@ def sweep(root: Path | None = None) -> list[Path]:
         return removed
     for entry in entries:
         m = _SCRATCH.match(entry.name)
-        if not m or m[1] != namespace or _alive(int(m[2])):
+        if not m or m[1] != namespace or alive(int(m[2])):
             continue
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
@@ -209,16 +211,6 @@ def sweep(root: Path | None = None) -> list[Path]:
         if not os.path.lexists(entry.path):
             removed.append(Path(entry.path))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _kill_group(pid: int) -> None:
