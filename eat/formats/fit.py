@@ -65,39 +65,47 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
             model = _part("its Model does not build", mod.Model, *init)
             return model, _part("get_inputs() failed", mod.inputs, 0, **p)
 
-    def nbytes(p: dict, device: str = "meta") -> int:
-        """Inputs, outputs and parameters; a model whose sizes do not go together raises."""
-        model, args = build(p, device)
+    def held(model, args, out) -> int:
+        """Bytes of the inputs, outputs and parameters."""
+        tensors = [*_tensors(args), *_tensors(out), *model.parameters(), *model.buffers()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def nbytes(p: dict) -> int:
+        """held(), on the meta device; a model whose sizes do not go together raises."""
+        model, args = build(p, "meta")
         out = None
         try:
             with torch.no_grad():
                 out = model(*args)  # shapes only: a size that breaks the forward shows here
         except NotImplementedError:
             pass  # an op without a meta kernel: the real call below decides
-        held = [*_tensors(args), *_tensors(out), *model.parameters(), *model.buffers()]
-        return sum(t.numel() * t.element_size() for t in held)
+        return held(model, args, out)
 
-    timed: dict[tuple, float] = {}
+    measured: dict[tuple, tuple[float, int]] = {}
 
     def call_s(p: dict) -> float:
         """One reference call's seconds, after a first one; inf when it cannot be held."""
-        key = tuple(sorted(p.items()))
-        if key not in timed:
-            timed[key] = _call_s(p)
-        return timed[key]
+        return real(p)[0]
 
-    def _call_s(p: dict) -> float:
+    def real(p: dict) -> tuple[float, int]:
+        """call_s and held() of a real call at sizes p, measured once per p."""
+        key = tuple(sorted(p.items()))
+        if key not in measured:
+            measured[key] = _real(p)
+        return measured[key]
+
+    def _real(p: dict) -> tuple[float, int]:
         try:
             model, args = build(p, "cpu")
             with torch.no_grad():
-                _part("its forward failed", model, *args)
+                out = _part("its forward failed", model, *args)
                 t0 = time.perf_counter()
                 model(*args)
         except (MemoryError, RuntimeError) as e:
             if isinstance(e, RuntimeError) and "allocate" not in str(e):
                 raise
-            return float("inf")
-        return time.perf_counter() - t0
+            return float("inf"), 0
+        return time.perf_counter() - t0, held(model, args, out)
 
     try:
         size, meta = nbytes(params), True
@@ -143,7 +151,7 @@ def fit(reference: str, params: dict, max_bytes: int, max_call_s: float) -> dict
     if took == float("inf"):
         raise MemoryError("the reference cannot be held in memory at any size tried")
     if not meta:
-        size = nbytes(p, "cpu")  # it fits: counted on the real device
+        size = real(p)[1]  # counted on the real device, from the call that timed it
     return {"params": p, "bytes": size, "call_s": took}
 
 
