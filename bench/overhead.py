@@ -68,6 +68,9 @@ class FakeRunner:
     def unavailable(self, target=None):
         return None
 
+    def program(self, target, source):
+        return None  # each source its own program
+
     def evaluate(self, target, source, *, config=None, workdir=None) -> Evaluation:
         t0 = time.perf_counter()
         h = int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) / 2**32

@@ -164,6 +164,9 @@ class FakeRunner:
     def unavailable(self, target=None):
         return None
 
+    def program(self, target, source):
+        return None  # each source its own program
+
     def evaluate(self, target, source, *, config=None, workdir=None) -> Evaluation:
         digest = hashlib.sha256(source.encode()).hexdigest()
         h, fail = (int(digest[i : i + 8], 16) / 2**32 for i in (0, 8))

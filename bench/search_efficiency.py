@@ -35,7 +35,11 @@ noise in every arm, eat's and the peers'):
   every configuration of a grid of a real target's knobs measured on a real machine by
   bench/record_landscape.py (the target is examples/<the file's "target">): the runner answers
   a configuration's recorded status, or its recorded speedup times noise of its recorded spread
-  (at least 1%).
+  (at least 1%). The recorder timed each distinct program once and recorded its figures for
+  every configuration that builds it, so the runner's program key (Runner.program) is a
+  configuration's record: configurations whose ok records are the same are one program, and eat
+  evaluates it once (the synthetic landscapes' configurations are each their own). The peers
+  see configurations, as Optuna and nevergrad do.
 
 What is compared, per seed: the true (noise-free) speedup of the configuration each run reports
 as its best (RunState.best at the end), and how soon it got there. Two bests are equal within
@@ -64,7 +68,8 @@ are decided by how soon each search happens on the top tier, and no contender ma
 "ceiling" gives, per peer, the wins of an oracle that measures the best configuration first.
 Seeds 0-9 have chosen eat's defaults; --first-seed 10 runs seeds no choice was made on.
 
-A run's evaluations are its candidate_evaluated plus elite_retimed events; a warning line says
+A run's evaluations are its candidate_evaluated events (copies of an evaluated program's
+result, `same_as`, spent none) plus its elite_retimed events; a warning line says
 when a run used more than its budget. Runs that stop early (a team with nothing left to try)
 keep what they found. An arm that never reads its budget but to stop ((b), (c), TPE, random
 search) runs once a seed, at the largest budget, and each smaller budget is read from that
@@ -155,6 +160,10 @@ class Landscape:
         """(status, noise-free speedup or None, relative noise) of a configuration."""
         raise NotImplementedError
 
+    def program(self, idx: tuple[int, ...]) -> str | None:
+        """What the configuration builds, as a key (None: its own program)."""
+        return None
+
     def index(self, knobs: dict) -> tuple[int, ...]:
         return tuple(
             [norm(v) for v in k["values"]].index(norm(knobs.get(n, k["values"][0])))
@@ -234,6 +243,9 @@ class Synthetic(Landscape):
         return "ok", (1 + sum(self._bumps(idx))) / self.scale, MIN_GAIN
 
 
+RECORDED = ("speedup", "noise", "gflops", "vendor_gflops")  # a configuration's recorded figures
+
+
 class Replay(Landscape):
     """A table recorded from the real target: every configuration of its grid."""
 
@@ -249,12 +261,19 @@ class Replay(Landscape):
             for n, values in data["knobs"].items()
         }
         self.table = {}
+        # The recorder timed each program once and recorded it for every configuration that
+        # builds it: configurations with one record (each of its figures the same) are one
+        # program. A failure's record is the same for many programs: each is its own.
+        self.programs: dict[tuple[int, ...], str] = {}
         for row in data["configs"]:
-            self.table[self.index(row["knobs"])] = (
+            idx = self.index(row["knobs"])
+            self.table[idx] = (
                 row["status"] if row["status"] in STATUSES else "crash",
                 row.get("speedup") if row["status"] == "ok" else None,
                 row.get("noise") or 0.0,
             )
+            if row["status"] == "ok":
+                self.programs[idx] = json.dumps([row.get(k) for k in RECORDED])
         missing = math.prod(len(v) for v in data["knobs"].values()) - len(self.table)
         if missing:
             print(
@@ -265,6 +284,9 @@ class Replay(Landscape):
 
     def measure(self, idx):
         return self.table.get(idx, ("crash", None, 0.0))
+
+    def program(self, idx):
+        return self.programs.get(idx)
 
     def describe(self) -> str:
         return f"{self.about}: {super().describe()}"
@@ -300,6 +322,9 @@ class LandscapeRunner:
 
     def unavailable(self, target=None):
         return None
+
+    def program(self, target, source) -> str | None:
+        return self.land.program(self.land.parse(source))
 
     def evaluate(self, target, source, *, config=None, workdir=None) -> Evaluation:
         h, idx = source_hash(source), self.land.parse(source)
@@ -510,14 +535,20 @@ def history(land: Landscape, target: Path, budget: int, seed: int, overrides: di
     return events, why
 
 
+def spends(e) -> bool:
+    """Whether the event spent an evaluation: a candidate evaluated (not a copy of an
+    evaluated program's result), or a re-time."""
+    return e.type == "elite_retimed" or (e.type == "candidate_evaluated" and not e.same_as)
+
+
 def spent(events: list, why, budget: int):
     """A history cut where it had spent `budget` evaluations (candidates and re-times), and
     why it stopped there: its own reason if it stopped sooner, else the budget."""
     used = 0
     for i, e in enumerate(events):
-        used += e.type in ("candidate_evaluated", "elite_retimed")
+        used += spends(e)
         if used == budget:
-            later = any(x.type in ("candidate_evaluated", "elite_retimed") for x in events[i + 1 :])
+            later = any(spends(x) for x in events[i + 1 :])
             return events[: i + 1], ("max_evals" if later else why)
     return events, why
 
@@ -532,8 +563,7 @@ def read_run(land: Landscape, events: list, why) -> dict:
     true = land.true(best) or 0.0
     used, reached, trail, curve = 0, None, [], []
     for e in events:
-        if e.type in ("candidate_evaluated", "elite_retimed"):
-            used += 1
+        used += spends(e)
         if e.type == "candidate_evaluated":
             idx = land.index(e.knobs)
             trail.append(idx)

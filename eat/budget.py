@@ -79,7 +79,7 @@ def why_stop(state: RunState, config: RunConfig, elapsed_s: float) -> Stop | Non
         return stop
     if state.checks >= config.check_cap():
         return Stop("max_checks", f"{state.checks} checks of {config.check_cap()} allowed")
-    attempts, cap = state.evaluations + state.failed_attempts, config.attempt_cap()
+    attempts, cap = len(state.candidates) + state.failed_attempts, config.attempt_cap()
     if attempts >= cap:
         return Stop(
             "max_attempts",

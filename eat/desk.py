@@ -120,6 +120,7 @@ class Desk:
         return reply_of(
             ev,
             candidate=event.candidate,
+            **({"same_program_as": event.same_as} if event.same_as else {}),
             new_best=new_best,
             run_best=best.estimate if best else None,
             submits_left=self.cfg.agent_submits - self.submitted,

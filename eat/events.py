@@ -142,6 +142,16 @@ class CandidateEvaluated(_Event):
     vendor_gflops: float | None = None
     message: str = ""
     plan_item: int | None = Field(None, description="Index of the team plan's idea it tried.")
+    program: str | None = Field(
+        None,
+        description="What its source builds, as the runner keys it (Runner.program): sources "
+        "with the same key are one program. None: the runner cannot tell.",
+    )
+    same_as: str | None = Field(
+        None,
+        description="The candidate whose program this source builds too: it was not evaluated "
+        "again, and its result is that candidate's (no evaluation is spent on it).",
+    )
     seen_seq: int | None = Field(
         None,
         description="With turns running at once: the log's seq "
@@ -380,6 +390,7 @@ def describe(e: Event) -> str:
             knobs = ", ".join(f"{k}={v}" for k, v in e.knobs.items())
             what = speedup_text(e.speedup) if e.status == "ok" else e.message[:120]
             what += f" (score {e.score:.4g})" if e.score is not None else ""
+            what += f", the same program as {e.same_as}: not evaluated again" if e.same_as else ""
             return f"{e.candidate} by {e.team}: {e.status} {what} ({knobs or e.idea})"
         case EliteRetimed():
             if e.score is None:

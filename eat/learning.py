@@ -164,7 +164,8 @@ def around_best(state: RunState, target: Target) -> tuple[list[str], list[str]]:
         value = str(b.knobs.get(name))
         for c in sorted(found.get(name, []), key=lambda c: _position(order, c.knobs.get(name))):
             result = speedup_text(c.estimate) if c.estimate is not None else c.status
-            lines.append(f"{name} {value} -> {c.knobs.get(name)}: {result} ({c.cid})")
+            same = f", the same program as {c.same_as}" if c.same_as else ""
+            lines.append(f"{name} {value} -> {c.knobs.get(name)}: {result} ({c.cid}{same})")
     return lines, [n for n in names if n not in found]
 
 

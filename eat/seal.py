@@ -197,6 +197,9 @@ class Guarded:  # a runners.base.Runner
     def unavailable(self, target=None) -> str | None:
         return self.runner.unavailable(target)
 
+    def program(self, target, source) -> str | None:
+        return self.runner.program(target, source)
+
     def evaluate(self, target, source, **kwargs):
         with self._lock:
             files = self.seal.changed()

@@ -121,10 +121,10 @@ def _refuse_to_clobber(out: Path) -> None:
 
 
 def top_configs(state: RunState, n: int = TOP) -> list[Config]:
-    """The run's best candidates by their estimate, one per configuration (or source)."""
+    """The run's best candidates by their estimate, one per program (configuration, source)."""
     seen, out = set(), []
     ranked = sorted(
-        (c for c in state.candidates.values() if c.estimate is not None),
+        (c for c in state.candidates.values() if c.estimate is not None and not c.same_as),
         key=lambda c: (-known_estimate(c), c.index),
     )
     for c in ranked:

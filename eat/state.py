@@ -71,7 +71,7 @@ class Candidate:
     cid: str
     team: str
     seq: int
-    index: int  # 1-based position among the run's evaluations
+    index: int  # 1-based position among the run's candidates
     status: str
     knobs: dict[str, Any]
     source_hash: str
@@ -84,6 +84,7 @@ class Candidate:
     failed_retime: bool = False
     idea: str = ""
     message: str = ""
+    same_as: str | None = None  # the candidate that was evaluated for its program
 
     @classmethod
     def from_event(cls, e: CandidateEvaluated, index: int) -> Candidate:
@@ -103,6 +104,7 @@ class Candidate:
             score=e.score,
             idea=e.idea,
             message=e.message,
+            same_as=e.same_as,
             measurements=[e.speedup] if e.speedup is not None else [],
         )
 
@@ -284,8 +286,10 @@ class RunState:
         self.teams: dict[str, Team] = {}
         self.candidates: dict[str, Candidate] = {}
         self.hashes: dict[str, str] = {}  # source hash -> the candidate that had it
+        self.programs: dict[str, str] = {}  # program key -> the candidate evaluated for it
         self.knob_index = KnobIndex()  # the candidates' knobs and estimates, for regions
         self.evaluations = 0  # candidates evaluated
+        self.copies = 0  # candidates that build an evaluated program: its result, no evaluation
         self.retimes = 0  # re-times of an elite (they spend evaluations too)
         self.failed_attempts = 0  # turns without a candidate, outages aside
         self.checks = 0  # `eat check` answers (build and verify)
@@ -334,6 +338,7 @@ class RunState:
         memo: dict[int, Any] = {id(c): c for c in candidates.values()}
         memo[id(self.candidates)] = candidates
         memo[id(self.hashes)] = dict(self.hashes)
+        memo[id(self.programs)] = dict(self.programs)
         memo[id(self.knob_index)] = self.knob_index.copy()
         return copy.deepcopy(self, memo)
 
@@ -376,7 +381,7 @@ class RunState:
         return [e for e in self.steering if team is None or e.team in (None, team)][-n:]
 
     def next_candidate_id(self) -> str:
-        return f"c{self.evaluations + 1:04d}"
+        return f"c{len(self.candidates) + 1:04d}"
 
     # -- folding -----------------------------------------------------------------------------
 
@@ -471,10 +476,21 @@ class RunState:
                 team.repeated = [c for c in team.repeated if c != e.repeats][-4:] + [e.repeats]
 
     def _evaluated(self, e: CandidateEvaluated) -> None:
-        self.evaluations += 1
-        self.attempts_since_eval = 0
-        self.repeated_since_eval = {}
-        c = Candidate.from_event(e, index=self.evaluations)
+        c = Candidate.from_event(e, index=len(self.candidates) + 1)
+        same = self.candidates.get(e.same_as or "")
+        if same is not None:
+            # Not evaluated: the program's result as it stands (re-times included), and an
+            # attempt that brought no new evaluation.
+            c = replace(c, measurements=list(same.measurements), failed_retime=same.failed_retime)
+            self.copies += 1
+            self.attempts_since_eval += 1
+            self.repeated_since_eval[same.cid] = self.repeated_since_eval.get(same.cid, 0) + 1
+        else:
+            self.evaluations += 1
+            self.attempts_since_eval = 0
+            self.repeated_since_eval = {}
+            if e.program:
+                self.programs.setdefault(e.program, c.cid)
         self.candidates[c.cid] = c
         self.knob_index.add(c.cid, c.knobs, c.estimate)
         self.hashes.setdefault(c.source_hash, c.cid)
@@ -490,7 +506,7 @@ class RunState:
             self._clear("run", None, "stalled")
         else:
             self.since_improvement += 1
-        if c.estimate is not None:
+        if c.estimate is not None and same is None:  # a copy's program ranks as its original
             self._rank(c)
             if self.leaders[0] == c.cid:
                 self._lesson(
@@ -617,8 +633,8 @@ class RunState:
             for x in (self.candidates[cid] for cid in self.recent):
                 if x.index > c.index and _better(x.estimate, ref, threshold):
                     ref, last = x.estimate, x.index
-            if last is not None and self.evaluations - last < self.since_improvement:
-                self.since_improvement = self.evaluations - last
+            if last is not None and len(self.candidates) - last < self.since_improvement:
+                self.since_improvement = len(self.candidates) - last
                 self._clear("run", None, "stalled")
 
     def _restructured(self, e: Restructured) -> None:

@@ -37,7 +37,8 @@ def run_status(workspace: Path) -> dict:
         "stopped": (stopped.code or stopped.reason) if stopped else None,
         "stop_reason": stopped.reason if stopped else None,
         "evaluations": state.spent_evals,
-        "candidates": state.evaluations,
+        "candidates": len(state.candidates),
+        "copies": state.copies,  # candidates not evaluated: their program was
         "retimes": state.retimes,
         "max_evals": config.max_evals,
         "failed_attempts": state.failed_attempts,

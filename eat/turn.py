@@ -90,18 +90,32 @@ class Turn:
             self.state = self.ctx.on_main(lambda: snapshot(self.ctx))
 
     def evaluate(self, proposal: Proposal) -> tuple[CandidateEvaluated, Evaluation]:
-        """Evaluate the proposal's source here, then keep it as the team's next candidate."""
+        """Evaluate the proposal's source here, then keep it as the team's next candidate; a
+        source that builds a program the run evaluated already gets that program's result."""
         ctx = self.ctx
-        ev = ctx.runner.evaluate(ctx.target, proposal.source, config=ctx.eval_config)
-        event = ctx.on_main(lambda: self.keep(proposal, ev))
+        program = ctx.runner.program(ctx.target, proposal.source)
+        same = ctx.on_main(lambda: ctx.state.programs.get(program)) if program else None
+        if same is None:
+            ev = ctx.runner.evaluate(ctx.target, proposal.source, config=ctx.eval_config)
+        else:
+            c = ctx.on_main(lambda: ctx.state.candidates[same])
+            ev = Evaluation.model_validate_json(ctx.ws.paths.result(c.team, c.cid).read_text())
+            ev.source_hash = source_hash(proposal.source)
+        event = ctx.on_main(lambda: self.keep(proposal, ev, program, same))
         if self.state is not ctx.state:
             self.state.apply(event)
         return event, ev
 
-    def keep(self, proposal: Proposal, ev: Evaluation) -> CandidateEvaluated:
+    def keep(
+        self,
+        proposal: Proposal,
+        ev: Evaluation,
+        program: str | None = None,
+        same_as: str | None = None,
+    ) -> CandidateEvaluated:
         """On the main thread: the candidate gets the next id, its files, its event, best/,
-        notes and a commit, in that order (crash recovery relies on it); the evaluation and
-        the source it held are spent."""
+        notes and a commit, in that order (crash recovery relies on it); the evaluation (none
+        for a copy of `same_as`, whose result `ev` is) and the source it held are spent."""
         ctx = self.ctx
         team = ctx.state.teams[self.team]
         cid = ctx.state.next_candidate_id()
@@ -111,20 +125,16 @@ class Turn:
             "knobs": proposal.knobs,
             "parent": proposal.parent,
             "plan_item": proposal.plan_item,
+            "program": program,
+            "same_as": same_as,
         }
-        ctx.ws.write_candidate(
-            team.id,
-            cid,
-            {
-                source_name(ctx.target.language): proposal.source,
-                "meta.json": json.dumps(meta, indent=2),
-            },
-            ev.model_dump(mode="json"),
-        )
+        files = {source_name(ctx.target.language): proposal.source}
+        files["meta.json"] = json.dumps(meta, indent=2)
+        ctx.ws.write_candidate(team.id, cid, files, ev.model_dump(mode="json"))
         event = evaluated_event(cid, meta, ev)
         event.seen_seq = self.seen
         ctx.record(event)
-        self.held -= 1
+        self.held -= same_as is None
         self.claims.discard(source_hash(proposal.source))
         new_best = ctx.state.best is not None and ctx.state.best.cid == cid
         if new_best:
@@ -135,6 +145,7 @@ class Turn:
             f"{cid} {team.id}: {ev.status} "
             + (f"{ev.speedup:.2f}x" if ev.speedup else ev.message[:80])
             + (" (new best)" if new_best else "")
+            + (f" (the same program as {same_as}: not evaluated again)" if same_as else "")
             + f" [{clip(proposal.idea, 100)}]",
             [team.id],
             cid,
@@ -236,6 +247,8 @@ def evaluated_event(cid: str, meta: dict, ev: Evaluation) -> CandidateEvaluated:
         score=ev.score.median if ev.score else None,
         message=ev.message[:500],
         plan_item=meta.get("plan_item"),
+        program=meta.get("program"),
+        same_as=meta.get("same_as"),
         gflops=best_w.gflops if best_w else None,
         vendor_gflops=best_w.vendor_gflops if best_w else None,
     )

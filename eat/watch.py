@@ -153,7 +153,9 @@ def frame(view: RunView, running: bool) -> RenderableType:
     lines.append(
         Text(
             f"evaluations {st.spent_evals}/{view.config.max_evals}: {st.evaluations} "
-            f"candidates, {st.retimes} re-times; {st.failed_attempts} failed attempts; "
+            f"candidates, {st.retimes} re-times; "
+            + (f"{st.copies} copies of an evaluated program; " if st.copies else "")
+            + f"{st.failed_attempts} failed attempts; "
             f"{st.plateaus} plateaus, {st.restructures} restructures"
         )
     )

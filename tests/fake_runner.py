@@ -29,15 +29,25 @@ def knobs_of(source: str) -> dict[str, str]:
 
 
 class FakeRunner:
-    """Answers `score(knobs)` for every candidate; `calls` counts evaluations."""
+    """Answers `score(knobs)` for every candidate; `calls` counts evaluations. `program(knobs)`
+    keys what a candidate builds (default: nothing known, each source its own program)."""
 
     name = "cpu"
 
-    def __init__(self, score: Callable[[dict[str, str]], float | None], noise: float = 0.01):
+    def __init__(
+        self,
+        score: Callable[[dict[str, str]], float | None],
+        noise: float = 0.01,
+        program: Callable[[dict[str, str]], str | None] = lambda knobs: None,
+    ):
         self.score, self.noise, self.calls = score, noise, 0
+        self.keyer = program
 
     def unavailable(self, target=None):
         return None
+
+    def program(self, target, source) -> str | None:
+        return self.keyer(knobs_of(source))
 
     def evaluate(self, target, source, *, config=None, workdir=None) -> Evaluation:
         self.calls += 1

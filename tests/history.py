@@ -44,9 +44,11 @@ class History:
         status: str = "ok",
         noise: float = 0.01,
         digest: str | None = None,
+        same_as: str | None = None,
         **knobs,
     ):
-        """A candidate of `team`; `digest`: its source's hash (default: one no source has)."""
+        """A candidate of `team`; `digest`: its source's hash (default: one no source has);
+        `same_as`: the candidate whose program it builds (its result: not evaluated)."""
         self.n += 1
         return self.add(
             CandidateEvaluated(
@@ -57,6 +59,7 @@ class History:
                 speedup=speedup if status == "ok" else None,
                 noise=noise,
                 knobs=knobs or {"K": self.n},
+                same_as=same_as,
             )
         )
 

@@ -34,6 +34,19 @@ def script(tmp_path, name, text) -> Path:
     return path
 
 
+def run_script(target, ws: Path, agent: Path, **config):
+    """A run of one coordinate team whose agent is the shell script `agent`."""
+    return start_run(
+        target,
+        ws,
+        agent="command",
+        agent_command=f"sh {agent}",
+        teams=["coordinate"],
+        workers=1,
+        **config,
+    )
+
+
 def secret_nowhere(ws: Path) -> None:
     """The key is in no file of the workspace (worktrees included) nor any commit message."""
     for f in ws.rglob("*"):
@@ -63,15 +76,7 @@ eat submit -m "ikj loop order at -O3 (key $OPENAI_API_KEY)" --json > submit.json
 """,
     )
     ws = tmp_path / "ws"
-    _, stop = start_run(
-        quick_matmul,
-        ws,
-        agent="command",
-        agent_command=f"sh {agent}",
-        teams=["coordinate"],
-        max_evals=1,
-        workers=1,
-    )
+    _, stop = run_script(quick_matmul, ws, agent, max_evals=1)
     assert stop.code == "max_evals"
     st = run_status(ws)
     assert st["best_candidate"] == "c0001" and st["best_speedup"] > 2
@@ -97,6 +102,36 @@ eat submit -m "ikj loop order at -O3 (key $OPENAI_API_KEY)" --json > submit.json
     team_notes = (ws / "teams" / "coordinate-1" / "NOTES.md").read_text()
     assert "tried ikj at -O3 with ***" in team_notes
     secret_nowhere(ws)
+
+
+@pytest.mark.slow
+def test_a_submit_of_a_program_already_evaluated_is_answered_with_its_result(
+    quick_matmul, tmp_path
+):
+    """An agent that submits the same program again (a comment added) is told which candidate
+    it repeats, with that candidate's result, and the run spends no evaluation on it."""
+    agent = script(
+        tmp_path,
+        "agent.sh",
+        f"""set -e
+{{ printf '{FAST}'; cat baseline.c; }} > candidate.c
+eat submit -m "ikj at -O3" --json > one.json
+{{ printf '{FAST}/* the same, said again */\\n'; cat baseline.c; }} > candidate.c
+eat submit -m "ikj at -O3, again" --json > two.json
+{{ printf '// eat:cflags -O2\\n#define LOOP_ORDER IKJ\\n'; cat baseline.c; }} > candidate.c
+eat submit -m "ikj at -O2" --json > three.json
+""",
+    )
+    ws = tmp_path / "ws"
+    _, stop = run_script(quick_matmul, ws, agent, max_evals=2)
+    wt = ws / "worktrees" / "coordinate-1"
+    one, two, three = (json.loads((wt / f"{n}.json").read_text()) for n in ("one", "two", "three"))
+    assert (one["candidate"], two["candidate"], three["candidate"]) == ("c0001", "c0002", "c0003")
+    assert two["same_program_as"] == "c0001" and "same_program_as" not in three
+    assert two["status"] == "ok" and two["speedup"] == one["speedup"]
+    assert stop.code == "max_evals"
+    st = run_status(ws)
+    assert (st["evaluations"], st["candidates"], st["copies"]) == (2, 3, 1)
 
 
 def test_an_agent_that_loops_on_check_is_stopped_and_the_run_goes_on(quick_matmul, tmp_path):

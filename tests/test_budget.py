@@ -115,3 +115,52 @@ def test_stop_codes_give_exit_codes():
     assert Stop("exhausted", "").exit_code == 0
     assert Stop("llm_unusable", "").exit_code == 1
     assert Stop("interrupted", "").exit_code == 130
+
+
+def test_a_copy_of_an_evaluated_program_spends_no_evaluation_but_is_an_attempt():
+    """A candidate recorded with the result of the program it builds (`same_as`) is a
+    candidate (its own id, its knobs known) that spent no evaluation, ranks as its original
+    does (not beside it), and is an attempt without a new evaluation."""
+    log = Log()
+    log.add(
+        CandidateEvaluated(
+            candidate="c0001", team="a-1", source_hash="h1", status="ok", speedup=2.0, program="p"
+        )
+    )
+    log.add(EliteRetimed(candidate="c0001", speedup=2.4))
+    log.add(
+        CandidateEvaluated(
+            candidate="c0002",
+            team="a-1",
+            source_hash="h2",
+            status="ok",
+            speedup=2.0,
+            program="p",
+            same_as="c0001",
+            knobs={"LOOP_ORDER": "IKJ"},
+        )
+    )
+    st = log.state
+    assert (st.evaluations, st.copies, st.retimes, st.spent_evals) == (1, 1, 1, 2)
+    assert st.next_candidate_id() == "c0003" and st.hashes["h2"] == "c0002"
+    assert st.programs == {"p": "c0001"}  # the program is the one evaluated
+    assert st.candidates["c0002"].estimate == st.candidates["c0001"].estimate == 2.2
+    assert st.leaders == ["c0001"] and st.attempts_since_eval == 1
+    assert why_stop(st, config(max_evals=3), 0) is None
+    stop = why_stop(st, config(max_evals=1, max_attempts=2), 0)
+    assert stop.code == "max_evals"
+    assert why_stop(st, config(max_evals=5, max_attempts=2), 0).code == "max_attempts"
+    for _ in range(3):  # nothing but copies: no progress, naming what they repeat
+        log.add(
+            CandidateEvaluated(
+                candidate=st.next_candidate_id(),
+                team="a-1",
+                source_hash=f"h{st.next_candidate_id()}",
+                status="ok",
+                speedup=2.0,
+                program="p",
+                same_as="c0001",
+            )
+        )
+    stop = why_stop(st, config(max_evals=10, no_progress=4), 0)
+    assert stop.code == "no_progress" and "repeated c0001 (2.20x) 4x" in stop.message

@@ -71,7 +71,7 @@ for other in $ws/worktrees/*/; do
         attempt worktree sh -c "echo '#error sabotage' >> ${other}candidate.c"
     fi
 done
-wants package && attempt package touch $PKG/.fence-probe-$EAT_TEAM
+wants package && attempt package touch $PKG/$PROBE-$EAT_TEAM
 if wants cache; then
     attempt inputs sh -c "printf junk >> $(ls $EAT_CACHE_DIR/inputs/*/*.set | head -1)"
     attempt builds cp /bin/true $(ls $EAT_CACHE_DIR/builds/*baseline*.so | head -1)
@@ -83,7 +83,7 @@ if wants private; then
 fi
 printf "$CANDIDATE" > candidate.c
 [ "$CANDIDATE" = HONEST ] && { printf '%s' "$HONEST" | cat - baseline.c > candidate.c; }
-echo "// by $EAT_TEAM" >> candidate.c
+printf 'static const char by[] = "%s";\n' "$EAT_TEAM" >> candidate.c  # a program of its own
 eat submit -m "after the attempts" > /dev/null
 """
 
@@ -106,6 +106,10 @@ def attacked(ws: Path, team: str) -> dict[str, str]:
     return dict(line.split() for line in log.read_text().splitlines()) if log.exists() else {}
 
 
+def probe(tmp_path: Path) -> str:
+    return f".fence-probe-{tmp_path.name}"
+
+
 def run_agent(
     target, tmp_path, monkeypatch, attacks, *, confine=True, candidate="HONEST", max_evals=2
 ):
@@ -116,6 +120,7 @@ def run_agent(
         "T": str(target),
         "FORGED": FORGED,
         "PKG": str(Path(eat.__file__).parent),
+        "PROBE": probe(tmp_path),  # the test's own: tests beside it write probes too
         "CANDIDATE": candidate,
         "HONEST": HONEST,
     }.items():
@@ -183,7 +188,7 @@ def test_a_fenced_agent_changes_nothing_but_its_worktree(
     } <= first.keys()
     assert {"best", "worktree"} <= second.keys()  # there was a best and another worktree then
     assert digest(files_of(target)) == before
-    assert not list(Path(eat.__file__).parent.glob(".fence-probe-*"))
+    assert not list(Path(eat.__file__).parent.glob(f"{probe(tmp_path)}-*"))
     assert not (ws / "worktrees" / "coordinate-1" / "leaked.txt").read_text()
     st = run_status(ws)
     assert st["evaluations"] == 2 and st["tampered"] is None
@@ -216,14 +221,14 @@ def test_unfenced_the_writes_land_and_eat_catches_what_would_lie(target, tmp_pat
         first, second = attacked(ws, "coordinate-1"), attacked(ws, "explorer-2")
         assert set(first.values()) == set(second.values()) == {"written"}
         assert {"best", "worktree"} <= second.keys()
-        assert sorted(p.name for p in pkg.glob(".fence-probe-*")) == [
-            ".fence-probe-coordinate-1",
-            ".fence-probe-explorer-2",
+        assert sorted(p.name for p in pkg.glob(f"{probe(tmp_path)}-*")) == [
+            f"{probe(tmp_path)}-coordinate-1",
+            f"{probe(tmp_path)}-explorer-2",
         ]
         assert SECRET in (ws / "worktrees" / "coordinate-1" / "leaked.txt").read_text()
     finally:
-        for probe in pkg.glob(".fence-probe-*"):
-            probe.unlink()
+        for path in pkg.glob(f"{probe(tmp_path)}-*"):
+            path.unlink()
     st = run_status(ws)  # the forged lines are named and skipped; the rest is read
     assert st["evaluations"] == 2 and st["tampered"] and "line" in st["tampered"]
     events = [e for e in Workspace.open(ws).read_events()[0] if e.type == "candidate_evaluated"]

@@ -53,6 +53,21 @@ def test_the_best_s_one_knob_neighbours_are_listed_in_the_knobs_order():
     ]
 
 
+def test_a_copy_of_the_best_s_program_says_so_and_is_no_second_configuration_of_the_skill():
+    """A one-knob neighbour that builds the best's program (a knob the build ignores there) is
+    listed as that program, and the skill's top configurations name the program once."""
+    from eat.skill import top_configs
+
+    h = History("coordinate-1")
+    best = dict(LOOP_ORDER="IJK", MR=6, NR=16)
+    h.eval("coordinate-1", 3.0, **best)  # c0001
+    h.eval("coordinate-1", 3.0, same_as="c0001", **{**best, "LOOP_ORDER": "IKJ"})  # c0002
+    h.eval("coordinate-1", 2.0, **{**best, "MR": 4})  # c0003
+    text = render(h.state, TARGET)
+    assert "- LOOP_ORDER IJK -> IKJ: 3.00x (c0002, the same program as c0001)" in text
+    assert [c.candidate for c in top_configs(h.state)] == ["c0001", "c0003"]
+
+
 def test_the_best_s_neighbours_over_the_knob_index_are_what_differs_finds():
     """around_best compares the run's KnobIndex at once; it finds the candidates that the plain
     definition, differs(c, best) == 1, finds: with failures, values of mixed types (2.5 and

@@ -39,7 +39,7 @@ def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     st = run_status(ws)
     assert st["evaluations"] == 12 and not st["running"] and st["best_speedup"] > 2
     assert st["stopped"] == "max_evals" and "12 evaluations of 12" in st["stop_reason"]
-    assert st["candidates"] + st["retimes"] == 12
+    assert st["candidates"] - st["copies"] + st["retimes"] == 12  # copies spend none
     assert {t["state"] for t in st["teams"]} <= {"active", "retired"}
     assert st["tokens"] == {"prompt": 0, "completion": 0, "cached": 0} and st["cost_usd"] == 0
     types = [e.type for e in seen]
@@ -88,6 +88,53 @@ def test_start_status_resume_end_to_end(quick_matmul, tmp_path):
     html = tmp_path / "report.html"
     subprocess.run(eat_cmd("report", str(ws), "-o", str(html)), check=True)
     assert f"({data['best_candidate']}; {flops})" in html.read_text()
+
+
+def _program(knobs: dict[str, str]) -> str:
+    """As on the real cpu_matmul: with a micro-kernel (MR > 0) the loop order is not built."""
+    kernel = knobs.get("MR", "0") != "0"
+    return json.dumps({k: v for k, v in knobs.items() if k != "LOOP_ORDER" or not kernel})
+
+
+def test_a_source_that_builds_an_evaluated_program_gets_its_result_unevaluated(tmp_path):
+    """A candidate whose program (the runner's key) the run evaluated already is recorded with
+    that program's result and spends no evaluation: the runner times each program once, and the
+    budget goes to programs not yet timed."""
+    ws = tmp_path / "ws"
+    runner = FakeRunner(
+        lambda k: serial_run.landscape(json.loads(_program(k))),
+        program=_program,
+    )
+    _, stop = start_run(ROOT / "examples" / "cpu_matmul", ws, runner=runner, max_evals=40, seed=3)
+    events = Workspace.open(ws).read_events()[0]
+    state = RunState.from_events(events)
+    assert stop.code == "max_evals" and state.spent_evals == 40
+    assert runner.calls == state.evaluations + state.retimes  # copies never reach the runner
+    cands = [e for e in events if e.type == "candidate_evaluated"]
+    copies = [e for e in cands if e.same_as]
+    assert state.copies == len(copies) > 0 and len(cands) == state.evaluations + state.copies
+    by_id = {e.candidate: e for e in cands}
+    evaluated = [e.program for e in cands if not e.same_as]
+    assert all(evaluated) and len(set(evaluated)) == len(evaluated)  # each program timed once
+    for e in copies:
+        first = by_id[e.same_as]
+        assert first.same_as is None and e.program == first.program
+        assert e.source_hash != first.source_hash and (e.status, e.speedup) == (
+            first.status,
+            first.speedup,
+        )
+        folder = ws / "teams" / e.team / "candidates" / e.candidate
+        assert json.loads((folder / "meta.json").read_text())["same_as"] == first.candidate
+        result = json.loads((folder / "result.json").read_text())
+        assert result["source_hash"] == e.source_hash
+        original = ws / "teams" / first.team / "candidates" / first.candidate / "result.json"
+        same = json.loads(original.read_text())
+        assert result | {"source_hash": ""} == same | {"source_hash": ""}
+        assert e.candidate not in state.leaders
+        assert f"the same program as {first.candidate}: not evaluated again" in describe(e)
+    # The status says how many candidates were copies, beside the evaluations they did not use.
+    st = run_status(ws)
+    assert st["copies"] == len(copies) and st["evaluations"] == 40
 
 
 class LuckyFirstTimings(FakeRunner):

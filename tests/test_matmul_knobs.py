@@ -12,6 +12,7 @@ from conftest import EXAMPLES, QUICK_EVALUATION
 
 from eat.agents.offline import render
 from eat.runners import runner_for
+from eat.runners.native import program_text
 from eat.target import load_target
 
 NATIVE = "-O3 -march=native"
@@ -94,3 +95,32 @@ def test_knob_combination_is_correct(target, knobs):
     assert ev.status == "ok", (ev.message, ev.detail, ev.compile_log[-2000:])
     assert len(ev.workloads) == len(target.workloads) == 5
     assert all(w.speedup and w.speedup > 0 for w in ev.workloads)
+
+
+def test_configurations_that_build_one_program_get_one_key(target):
+    """The CPU runner's program key (the real compiler's preprocessor): a knob the
+    micro-kernel does not build (LOOP_ORDER) or a comment leaves it; a knob it builds, a flag,
+    or a macro a pragma reads changes it."""
+    runner = runner_for(target)
+    key = lambda knobs, extra="": runner.program(target, render(target, knobs) + extra)  # noqa: E731
+    kernel = {"MR": 6, "NR": 16, "CFLAGS": NATIVE}
+    one = key(kernel)
+    assert one and key({**kernel, "LOOP_ORDER": "IKJ"}) == one
+    assert key(kernel, "\n/* a note */\n") == one
+    assert key({**kernel, "MR": 4}) != one and key({**kernel, "CFLAGS": "-O3"}) != one
+    assert key({**kernel, "UNROLL": 4}) != one
+    assert key({"LOOP_ORDER": "IKJ"}) != key({})  # the loop nest builds it
+    # The preprocessor leaves `#pragma GCC unroll N` as it is and drops N's definition.
+    pragma = "\n#define N {}\n#pragma GCC unroll N\nint f(int *a) {{ return a[0]; }}\n"
+    assert key(kernel, pragma.format(2)) != key(kernel, pragma.format(8))
+    assert runner.program(target, render(target, kernel) + '\n#include "/etc/passwd"\n') is None
+
+
+def test_program_text_keeps_the_macros_a_pragma_reads():
+    text = "#define N 4\n#define M 2\n#pragma GCC unroll N\nint x = 2;\n#undef N\n#pragma omp N\n"
+    assert program_text(text).splitlines() == [
+        "#pragma GCC unroll N",
+        "#define N 4",
+        "int x = 2;",
+        "#pragma omp N",
+    ]

@@ -48,6 +48,8 @@ def test_one_worker_reproduces_the_serial_history(tmp_path):
     # Rewritten when the explorer took the least-measured knob values first: the first 5 events
     # are the same; the 6th is the same far corner under a new idea's text, and the 7th, the
     # explorer's second pick, measures values no candidate had used.
+    # Rewritten when a candidate recorded the program it builds and the one it repeats: every
+    # candidate_evaluated gained "program": null and "same_as": null, nothing else changed.
     expected = [json.loads(line) for line in SERIAL.read_text().splitlines()]
     got = json.loads(json.dumps(serial_run.run(tmp_path / "ws", workers=1)))
     assert [e["type"] for e in got] == [e["type"] for e in expected]

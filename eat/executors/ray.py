@@ -59,6 +59,9 @@ class _Evaluator:
     ) -> Evaluation:
         return self.runner.evaluate(target, source, config=config, **kwargs)
 
+    def program(self, target: Target, source: str) -> str | None:
+        return self.runner.program(target, source)
+
 
 class RayRunner:
     """A runner whose evaluations run in a Ray actor (see the module's docstring)."""
@@ -105,6 +108,15 @@ class RayRunner:
 
     def unavailable(self, target: Target | None = None) -> str | None:
         return self._why
+
+    def program(self, target: Target, source: str) -> str | None:
+        """Asked where evaluations run (the compiler is there); None if it does not answer."""
+        ref = self.actor.program.remote(target, source)
+        ready, _ = self.ray.wait([ref], timeout=target.evaluation.compile_timeout_s + 60)
+        if not ready:
+            self.ray.cancel(ref, force=True)
+            return None
+        return self.ray.get(ready[0])
 
     def evaluate(
         self,

@@ -249,3 +249,7 @@ class Runner(Protocol):
         workdir: Path | None = None,
     ) -> Evaluation:
         """Build, verify and time `source`; any candidate misbehaviour becomes a status."""
+
+    def program(self, target: Target, source: str) -> str | None:
+        """What `source` builds, as a key: two sources with one key are the same program, and
+        the run evaluates it once. None where the runner cannot tell (each source its own)."""

@@ -151,6 +151,11 @@ class GpuRunner(NativeRunner):
         gcn = info.get("gcn_arch")
         return gcn and gcn.split(":")[0]  # feature flags left out: code for either xnack mode
 
+    def program(self, target: Target, source: str) -> str | None:
+        """None: `nvcc -E` and `hipcc -E` give the host pass alone, where device code under
+        `#if __CUDA_ARCH__` (or HIP's) is erased, so two kernels could read as one program."""
+        return None
+
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
         cc, arch = target.build.compiler_for(self.name), self.arch(target) or "native"
         out = str(src.with_suffix(".so"))

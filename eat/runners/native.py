@@ -63,6 +63,28 @@ CC_FLAG_DENY = re.compile(
 )
 # Ways for a source file to pull other files of this machine into its build (and so its logs).
 _FILE_READS = re.compile(r'#\s*include\s*["<]\s*(/|[^">]*\.\.)|\.incbin|#\s*embed|__has_embed')
+_DEFINE = re.compile(r"#(define|undef) (\w+)")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def program_text(preprocessed: str) -> str:
+    """What the compiler compiles, from `cc -E -P -dD` output: the code without its macro
+    definitions, each pragma followed by the definitions in force of the names it holds.
+    The preprocessor leaves a pragma's macros unexpanded (`#pragma GCC unroll N`), so two
+    sources whose pragmas read the same may still build different programs."""
+    defined: dict[str, str] = {}
+    kept = []
+    for line in preprocessed.splitlines():
+        if m := _DEFINE.match(line):
+            if m[1] == "define":
+                defined[m[2]] = line
+            else:
+                defined.pop(m[2], None)
+            continue
+        kept.append(line)
+        if line.lstrip().startswith("#pragma") or "_Pragma" in line:
+            kept += [defined[w] for w in dict.fromkeys(_WORD.findall(line)) if w in defined]
+    return "\n".join(kept)
 
 
 def candidate_cflags(
@@ -154,6 +176,23 @@ class NativeRunner(ABC):
     @abstractmethod
     def job_extra(self, job: NativeJob) -> None:
         """Set the fields this runner's harness needs in `job` (for its mode)."""
+
+    def program(self, target: Target, source: str) -> str | None:
+        """The build key of `source` preprocessed (`-E -P -dD`, then `program_text`): sources
+        that differ only where the preprocessor erases it (comments, a knob whose `#if` is not
+        taken) get one key. None where it does not preprocess, or is refused."""
+        flags, refused = self.flags(source, target.build.cflags)
+        if refused or _FILE_READS.search(source):
+            return None
+        with sandbox.scratch("prog") as tmp_name:
+            src = Path(tmp_name) / f"candidate{self.suffix}"
+            src.write_text(source)
+            out = src.with_suffix(".i")
+            done = self._compile(target, src, flags, target.evaluation, out)
+            if done.returncode != 0 or done.timed_out or not out.is_file():
+                return None
+            text = program_text(out.read_text(errors="replace"))
+        return self._build_key(target, text, flags)
 
     def evaluate(
         self,
@@ -378,15 +417,20 @@ class NativeRunner(ABC):
         return key.hexdigest()[:16]
 
     def _compile(
-        self, target: Target, src: Path, flags: list[str], cfg: EvalConfig
+        self, target: Target, src: Path, flags: list[str], cfg: EvalConfig, out: Path | None = None
     ) -> sandbox.Completed:
+        """Build `src` (into `out` with `-E -P -dD`: preprocess it there)."""
         limits = sandbox.Limits(
             wall_s=cfg.compile_timeout_s,
             cpu_s=int(cfg.compile_timeout_s),
             address_space_bytes=cfg.memory_mb << 20,
         )
+        cmd = self.compile_command(target, src, flags)
+        if out is not None:
+            cmd[cmd.index("-o") + 1] = str(out)
+            cmd += ["-E", "-P", "-dD"]
         return sandbox.run(
-            self.compile_command(target, src, flags),
+            cmd,
             cwd=src.parent,
             env=sandbox.clean_env(src.parent, self.child_env()),
             limits=limits,

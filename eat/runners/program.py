@@ -75,6 +75,9 @@ class ProgramRunner:
     def unavailable(self, target: Target | None = None) -> str | None:
         return None
 
+    def program(self, target: Target, source: str) -> str | None:
+        return None  # a program is its source
+
     def evaluate(
         self,
         target: Target,

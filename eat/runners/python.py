@@ -97,6 +97,9 @@ class PythonRunner:
     def unavailable(self, target: Target | None = None) -> str | None:
         return self._info()[0]
 
+    def program(self, target: Target, source: str) -> str | None:
+        return None  # a module is its source: what it runs is not known before it runs
+
     @property
     def device(self) -> str:
         what = self._info()[1]
