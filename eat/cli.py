@@ -451,7 +451,8 @@ def status(
     out.print(_best_line(st), markup=False)
     out.print(
         f"evaluations {st['evaluations']}/{st['max_evals']} ({st['retimes']} re-times), "
-        f"plateaus {st['plateaus']}, restructures {st['restructures']}, "
+        + (f"{st['copies']} copies of an evaluated program, " if st["copies"] else "")
+        + f"plateaus {st['plateaus']}, restructures {st['restructures']}, "
         f"LLM calls {st['llm_calls']}/{st['max_llm_calls']}",
         markup=False,
     )

@@ -133,8 +133,14 @@ def test_a_source_that_builds_an_evaluated_program_gets_its_result_unevaluated(t
         assert e.candidate not in state.leaders
         assert f"the same program as {first.candidate}: not evaluated again" in describe(e)
     # The status says how many candidates were copies, beside the evaluations they did not use.
+    from typer.testing import CliRunner
+
+    from eat.cli import app
+
     st = run_status(ws)
     assert st["copies"] == len(copies) and st["evaluations"] == 40
+    shown = CliRunner().invoke(app, ["status", str(ws)]).output
+    assert f"evaluations 40/40 ({st['retimes']} re-times), {len(copies)} copies of an" in shown
 
 
 class LuckyFirstTimings(FakeRunner):
