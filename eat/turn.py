@@ -95,16 +95,24 @@ class Turn:
         ctx = self.ctx
         program = ctx.runner.program(ctx.target, proposal.source)
         same = ctx.on_main(lambda: ctx.state.programs.get(program)) if program else None
-        if same is None:
+        ev = self._result_of(same, proposal.source) if same else None
+        if ev is None:
+            same = None
             ev = ctx.runner.evaluate(ctx.target, proposal.source, config=ctx.eval_config)
-        else:
-            c = ctx.on_main(lambda: ctx.state.candidates[same])
-            ev = Evaluation.model_validate_json(ctx.ws.paths.result(c.team, c.cid).read_text())
-            ev.source_hash = source_hash(proposal.source)
         event = ctx.on_main(lambda: self.keep(proposal, ev, program, same))
         if self.state is not ctx.state:
             self.state.apply(event)
         return event, ev
+
+    def _result_of(self, cid: str, source: str) -> Evaluation | None:
+        """Candidate `cid`'s evaluation as `source`'s (None where its file is gone or
+        damaged: the source is evaluated)."""
+        c = self.ctx.on_main(lambda: self.ctx.state.candidates[cid])
+        try:
+            ev = Evaluation.model_validate_json(self.ctx.ws.paths.result(c.team, cid).read_text())
+        except (OSError, ValueError):
+            return None
+        return ev.model_copy(update={"source_hash": source_hash(source)})
 
     def keep(
         self,

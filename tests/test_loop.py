@@ -143,6 +143,20 @@ def test_a_source_that_builds_an_evaluated_program_gets_its_result_unevaluated(t
     assert f"evaluations 40/40 ({st['retimes']} re-times), {len(copies)} copies of an" in shown
 
 
+def test_a_program_whose_result_file_is_gone_is_evaluated_again(tmp_path):
+    """Every source here builds one program; the first candidate's result.json removed between
+    runs, the next source is evaluated rather than copied from a file that is not there."""
+    ws = tmp_path / "ws"
+    one = lambda: FakeRunner(lambda k: 2.0, program=lambda k: "one")  # noqa: E731
+    start_run(ROOT / "examples" / "cpu_matmul", ws, runner=one(), max_evals=1, teams=["explorer"])
+    (ws / "teams" / "explorer-1" / "candidates" / "c0001" / "result.json").unlink()
+    runner = one()
+    _, stop = resume_run(ws, runner=runner, max_evals=2)
+    state = RunState.from_events(Workspace.open(ws).read_events()[0])
+    assert stop.code == "max_evals" and runner.calls == 1 and state.evaluations == 2
+    assert state.candidates["c0002"].same_as is None and state.copies == 0
+
+
 class LuckyFirstTimings(FakeRunner):
     """A source's first timing is lucky (x1.3), its re-times honest: re-times lower elites."""
 
