@@ -68,10 +68,11 @@ def _what(state: RunState, cid: str) -> str:
 def why_stop(state: RunState, config: RunConfig, elapsed_s: float) -> Stop | None:
     """Why the run must stop now, or None; the loop asks nothing else."""
     if state.spent_evals >= config.max_evals:
+        free = f"; {state.copies} copies of an evaluated program, which spent none"
         return Stop(
             "max_evals",
-            f"{state.spent_evals} evaluations of {config.max_evals} "
-            f"({state.evaluations} candidates, {state.retimes} re-times)",
+            f"{state.spent_evals} evaluations of {config.max_evals} ({state.evaluations} "
+            f"candidates, {state.retimes} re-times{free if state.copies else ''})",
         )
     if config.max_time_s is not None and elapsed_s >= config.max_time_s:
         return Stop("max_time", f"{elapsed_s:.0f} s of {config.max_time_s:g} s")

@@ -147,8 +147,10 @@ def test_a_copy_of_an_evaluated_program_spends_no_evaluation_but_is_an_attempt()
     assert st.candidates["c0002"].estimate == st.candidates["c0001"].estimate == 2.2
     assert st.leaders == ["c0001"] and st.attempts_since_eval == 1
     assert why_stop(st, config(max_evals=3), 0) is None
-    stop = why_stop(st, config(max_evals=1, max_attempts=2), 0)
+    stop = why_stop(st, config(max_evals=2, max_attempts=3), 0)
     assert stop.code == "max_evals"
+    copies = "; 1 copies of an evaluated program, which spent none"
+    assert f"(1 candidates, 1 re-times{copies})" in stop.message
     assert why_stop(st, config(max_evals=5, max_attempts=2), 0).code == "max_attempts"
     for _ in range(3):  # nothing but copies: no progress, naming what they repeat
         log.add(
