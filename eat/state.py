@@ -159,7 +159,8 @@ class Team:
     avoid: list[str] = field(default_factory=list)  # candidates whose regions it keeps out of
     seed: int = 0
     roles: list[str] = field(default_factory=list)
-    evals: int = 0
+    evals: int = 0  # its candidates
+    copies: int = 0  # of them, those that built a program evaluated before (no evaluation)
     since_improvement: int = 0
     failures: int = 0  # consecutive non-ok candidates
     redirects: int = 0
@@ -500,6 +501,7 @@ class RunState:
         team = self.teams.get(e.team)
         if team:
             self._team_evaluated(team, c, last, threshold, e.plan_item)
+            team.copies += same is not None
         previous = self.best
         if _better(c.estimate, self.best_speedup, threshold):
             self.since_improvement = 0

@@ -139,6 +139,7 @@ def test_a_source_that_builds_an_evaluated_program_gets_its_result_unevaluated(t
 
     st = run_status(ws)
     assert st["copies"] == len(copies) and st["evaluations"] == 40
+    assert sum(t["evaluations"] for t in st["teams"]) == state.evaluations  # copies apart
     shown = CliRunner().invoke(app, ["status", str(ws)]).output
     assert f"evaluations 40/40 ({st['retimes']} re-times), {len(copies)} copies of an" in shown
 
