@@ -201,7 +201,7 @@ class _Progress:
                 t.id,
                 t.strategy,
                 t.state + (" (exhausted)" if t.exhausted else ""),
-                str(t.evals - t.copies),
+                str(t.evaluated),
                 f"{t.best_estimate:.2f}x" if t.best_estimate else "-",
             )
         best = state.best

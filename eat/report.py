@@ -266,7 +266,7 @@ def _summary(ws: Workspace, f: Facts, max_evals: int) -> str:
                 escape(t.preset),
                 escape(t.strategy),
                 escape(t.state),
-                str(t.evals - t.copies),
+                str(t.evaluated),
                 speedup_text(t.best_estimate),
             ]
             for t in st.teams.values()

@@ -201,6 +201,11 @@ class Team:
         return self.offset + self.spent / self.share
 
     @property
+    def evaluated(self) -> int:
+        """Its candidates that were evaluated (not copies of an evaluated program)."""
+        return self.evals - self.copies
+
+    @property
     def pace(self) -> float:
         """How much its results earn it: the share of its candidates that came within the run's
         noise of the run's best (smoothed: a new team starts at 1/2), at least PACE_FLOOR."""
@@ -290,7 +295,6 @@ class RunState:
         self.programs: dict[str, str] = {}  # program key -> the candidate evaluated for it
         self.knob_index = KnobIndex()  # the candidates' knobs and estimates, for regions
         self.evaluations = 0  # candidates evaluated
-        self.copies = 0  # candidates that build an evaluated program: its result, no evaluation
         self.retimes = 0  # re-times of an elite (they spend evaluations too)
         self.failed_attempts = 0  # turns without a candidate, outages aside
         self.checks = 0  # `eat check` answers (build and verify)
@@ -357,6 +361,11 @@ class RunState:
     @property
     def best_speedup(self) -> float | None:
         return self.best.estimate if self.best else None
+
+    @property
+    def copies(self) -> int:
+        """Candidates that build an evaluated program: its result, no evaluation spent."""
+        return len(self.candidates) - self.evaluations
 
     @property
     def spent_evals(self) -> int:
@@ -483,7 +492,6 @@ class RunState:
             # Not evaluated: the program's result as it stands (re-times included), and an
             # attempt that brought no new evaluation.
             c = replace(c, measurements=list(same.measurements), failed_retime=same.failed_retime)
-            self.copies += 1
             self.attempts_since_eval += 1
             self.repeated_since_eval[same.cid] = self.repeated_since_eval.get(same.cid, 0) + 1
         else:

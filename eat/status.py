@@ -60,7 +60,7 @@ def run_status(workspace: Path) -> dict:
                 "preset": t.preset,
                 "strategy": t.strategy,
                 "state": t.state,
-                "evaluations": t.evals - t.copies,
+                "evaluations": t.evaluated,
                 "best_gain": t.best_estimate,
                 "best_candidate": t.best.cid if t.best else None,
                 "best_speedup": t.best_estimate if not grader else None,
