@@ -35,10 +35,13 @@ from eat.turn import Turn  # noqa: E402
 PACKAGE = str(Path(eat.__file__).resolve().parent)
 
 
-def traced(turn_number: int, real: bool = False) -> Counter:
+def traced(turn_number: int, real: bool = False) -> tuple[Counter, set[str]]:
     """Calls per eat module during the `turn_number`-th turn of a short run (the target's own
-    runner when `real`, else the fake one)."""
+    runner when `real`, else the fake one), and the modules only the watcher's thread ran."""
+    from watchdog.observers.api import BaseObserver
+
     calls: Counter = Counter()
+    turn_modules: set[str] = set()
     window = {"on": False, "turns": 0}
     begin, release = Turn.begin.__func__, Turn.release
 
@@ -46,7 +49,10 @@ def traced(turn_number: int, real: bool = False) -> Counter:
         if event == "call" and window["on"]:
             path = frame.f_code.co_filename
             if path.startswith(PACKAGE):
-                calls[str(Path(path).relative_to(Path(PACKAGE).parent))] += 1
+                module = str(Path(path).relative_to(Path(PACKAGE).parent))
+                calls[module] += 1
+                if not isinstance(threading.current_thread(), BaseObserver):
+                    turn_modules.add(module)
 
     def begin_traced(cls, *args, **kwargs):
         window["turns"] += 1
@@ -74,7 +80,7 @@ def traced(turn_number: int, real: bool = False) -> Counter:
         sys.setprofile(None)
         threading.setprofile(None)
         Turn.begin, Turn.release = classmethod(begin), release
-    return calls
+    return calls, set(calls) - turn_modules
 
 
 def main() -> None:
@@ -83,13 +89,14 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="time candidates with the target's runner")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    calls = traced(args.turn, args.real)
+    calls, watcher_only = traced(args.turn, args.real)
     lines = {m: sum(1 for _ in open(Path(PACKAGE).parent / m)) for m in calls}
     if args.json:
         print(
             json.dumps(
                 {
                     "modules": len(calls),
+                    "without_watcher": len(calls) - len(watcher_only),
                     "lines": sum(lines.values()),
                     "calls": dict(calls.most_common()),
                 }
@@ -97,10 +104,12 @@ def main() -> None:
         )
         return
     for module, n in calls.most_common():
-        print(f"{module:<32} {n:>7} calls  {lines[module]:>5} lines")
+        alone = "  (the watcher's thread only)" if module in watcher_only else ""
+        print(f"{module:<32} {n:>7} calls  {lines[module]:>5} lines{alone}")
     print(
         f"{len(calls)} modules, {sum(lines.values())} lines, in turn {args.turn} "
         + ("(the target's runner)" if args.real else "(the fake runner's: add the target's runner)")
+        + f"; {len(calls) - len(watcher_only)} without the watcher of people's edits"
     )
 
 

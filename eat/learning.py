@@ -1,21 +1,27 @@
-"""LEARNING.md: lessons with evidence (candidate ids), dead ends and open hypotheses.
+"""What a run writes for people to read, besides the log: LEARNING.md (lessons with evidence,
+dead ends, open hypotheses), each team's NOTES.md and team.yaml, and the commit of each step.
 
-eat owns the text between the markers and rewrites it from the RunState; people write outside
-them. The document stays under a size cap by consolidation: the oldest lessons of a list are
-merged into one line that still cites their candidates; nothing is cut off the end.
+eat owns the text between the markers and rewrites it from the RunState, on the main thread;
+people write outside them. LEARNING.md stays under a size cap by consolidation: the oldest
+lessons of a list are merged into one line that still cites their candidates; nothing is cut
+off the end.
 """
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
+from eat.context import RunContext
 from eat.events import clip, gflops_text, speedup_text, verdict_text
 from eat.knobspace import differing
-from eat.merge import merge_write
-from eat.state import Candidate, RunState, spread
+from eat.llm import redact
+from eat.merge import BEGIN, END, merge_write, outside, splice
+from eat.state import Candidate, RunState, Team, spread
+from eat.steer import directive_of
 from eat.target import Target
 
-BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 CAP_CHARS = 6000
 
 
@@ -241,27 +247,96 @@ def _compose(state, items, keep, effects, dead, untried, near, unmeasured, best:
     return "\n".join(lines)
 
 
-def splice(text: str | None, block: str, empty: str = f"# Learning\n\n{BEGIN}\n{END}\n") -> str:
-    """`text` with eat's block between the markers replaced by `block`, the rest kept as it is
-    (no file: `empty`; markers removed by hand: added anew at the end)."""
-    text = empty if text is None else text
-    if BEGIN not in text or END not in text:
-        text = text.rstrip() + f"\n\n{BEGIN}\n{END}\n"
-    before, rest = text.split(BEGIN, 1)
-    _, after = rest.split(END, 1)
-    return f"{before}{BEGIN}\n{block}\n{END}{after}"
-
-
-def outside(text: str) -> str:
-    """What people wrote: the text outside eat's markers."""
-    if BEGIN not in text or END not in text:
-        return text
-    before, rest = text.split(BEGIN, 1)
-    return before + rest.split(END, 1)[1]
-
-
 def update(path, state: RunState, target: Target, cap: int = CAP_CHARS) -> bool:
     """Rewrite the managed block of LEARNING.md, keeping people's text, even text saved while
     eat rewrites (merge_write); True if it changed."""
     block = render(state, target, cap)
-    return merge_write(path, lambda text: splice(text, block), people=outside)
+    empty = f"# Learning\n\n{BEGIN}\n{END}\n"
+    return merge_write(path, lambda text: splice(text, block, empty), people=outside)
+
+
+def commit_step(ctx: RunContext, message: str, teams: list[str], cid: str | None = None) -> None:
+    """Refresh LEARNING.md and commit what changed: the candidate, best/, the teams' files."""
+    p = ctx.ws.paths
+    update(p.learning, ctx.state, ctx.target)
+    paths = [p.learning, p.best] + [f for t in teams for f in (p.team_notes(t), p.team_spec(t))]
+    if cid:
+        paths.append(p.candidate(ctx.state.candidates[cid].team, cid))
+    ctx.ws.commit(message, paths)
+
+
+def write_notes(team: Team, ctx: RunContext) -> None:
+    """The team's NOTES.md (eat's block: directive, strategy, best, recent attempts; people
+    write outside it) and team.yaml (a directive a person saved there and the loop has not yet
+    taken is kept)."""
+    paths = ctx.ws.paths
+    recent = ctx.state.recent_of(team.id, 10)
+    best = team.best
+    lines = [
+        f"- preset: {team.preset}",
+        f"- strategy: {team.strategy}",
+        f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
+        f"- directive: {team.directive}",
+        f"- evaluations: {team.evals}, since last improvement: {team.since_improvement}",
+        f"- near the run's best: {team.hits} of them (pace {team.pace:.2f}; a supervised run "
+        "gives teams turns by share and pace)",
+        f"- best: {best.cid} at {best.estimate:.2f}x"
+        if best and best.estimate
+        else "- best: none yet",
+        "",
+        "## Recent attempts",
+        "",
+    ]
+    for c in recent:
+        result = f"{c.estimate:.2f}x" if c.estimate else c.status
+        lines.append(f"- {c.cid}: {result} ({c.what})")
+    if team.plan:
+        lines += ["", "## Plan (planner's ideas, best first)", ""]
+        for p in team.plan:
+            mark = f"[x] {p['tried']}" if p["tried"] else "[ ]"
+            lines.append(f"- {mark} {p['idea']} (expected {p['expected_gain']}x)")
+    own = paths.agent_notes(team.id)
+    if own.is_file():  # an agent with a worktree keeps its own notebook there
+        lines += [
+            "",
+            "## The agent's notes (its worktree's NOTES.md)",
+            "",
+            redact(own.read_text())[:4000].strip(),
+        ]
+    spec = {
+        "id": team.id,
+        "preset": team.preset,
+        "strategy": team.strategy,
+        "directive": team.directive,
+        "share": team.share,
+        "state": team.state,
+        "start_from": team.start_from,
+    }
+    notes, block = paths.team_notes(team.id), "\n".join(lines)
+    if ctx.written.get(notes) != block:
+        empty = (
+            f"# Team {team.id}\n\nNotes for this team: write yours outside the markers "
+            "(eat rewrites only the part between them); the team's agents are told what "
+            f"you add.\n\n{BEGIN}\n{END}\n"
+        )
+        merge_write(notes, lambda text: splice(text, block, empty), people=outside)
+        ctx.written[notes] = block
+    spec_path = paths.team_spec(team.id)
+    if ctx.written.get(spec_path) != spec:
+        last = ctx.written.get(spec_path)
+
+        def make(text: str | None) -> str:
+            mine = dict(spec)
+            theirs = directive_of(text) if text else None
+            if (
+                last
+                and theirs
+                and theirs
+                not in (" ".join(last["directive"].split()), " ".join(team.directive.split()))
+            ):
+                mine["directive"] = theirs  # a person's edit the loop has yet to take
+            # JSON scalars are YAML scalars: a readable team.yaml without the emitter's cost.
+            return "".join(f"{k}: {json.dumps(v)}\n" for k, v in mine.items())
+
+        merge_write(spec_path, make)
+        ctx.written[spec_path] = spec

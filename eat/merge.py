@@ -29,6 +29,8 @@ KEEP_FILES = 64  # swapped-out files kept open at most (eat may rewrite very oft
 MERGE_TRIES = 50
 _RENAME_EXCHANGE, _AT_FDCWD = 2, -100
 _libc = ctypes.CDLL(None, use_errno=True)
+# eat owns the text between these markers and rewrites it; people own the rest of the file.
+BEGIN, END = "<!-- eat:begin -->", "<!-- eat:end -->"
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -222,3 +224,22 @@ def merge_write(
             # at `path` now (our `new`, unless they saved again since, which the mark shows)
             base, there, mark = old, new, _mark(path)
         raise RuntimeError(f"{path}: changed {MERGE_TRIES} times while eat rewrote it")
+
+
+def splice(text: str | None, block: str, empty: str = f"{BEGIN}\n{END}\n") -> str:
+    """`text` with eat's block between the markers replaced by `block`, the rest kept as it is
+    (no file: `empty`; markers removed by hand: added anew at the end)."""
+    text = empty if text is None else text
+    if BEGIN not in text or END not in text:
+        text = text.rstrip() + f"\n\n{BEGIN}\n{END}\n"
+    before, rest = text.split(BEGIN, 1)
+    _, after = rest.split(END, 1)
+    return f"{before}{BEGIN}\n{block}\n{END}{after}"
+
+
+def outside(text: str) -> str:
+    """What people wrote: the text outside eat's markers."""
+    if BEGIN not in text or END not in text:
+        return text
+    before, rest = text.split(BEGIN, 1)
+    return before + rest.split(END, 1)[1]

@@ -28,8 +28,8 @@ from eat.events import (
     TargetChanged,
     TeamSpawned,
 )
+from eat.learning import write_notes
 from eat.llm import LLMClient, LLMSettings, check_model
-from eat.notes import write_notes
 from eat.runners import runner_for, sandbox
 from eat.runners.base import Evaluation, Runner
 from eat.seal import Guarded, Seal, differences, digest, files_of, hidden, recorded_digest, snapshot

@@ -24,8 +24,7 @@ import yaml
 
 from eat.errors import BadInput
 from eat.events import HumanSteered
-from eat.learning import outside
-from eat.merge import ours, read_settled
+from eat.merge import ours, outside, read_settled
 from eat.workspace import Paths, Workspace, write_atomic
 
 if TYPE_CHECKING:

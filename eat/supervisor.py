@@ -26,8 +26,8 @@ from eat.budget import Stop, why_stop
 from eat.context import RunContext
 from eat.events import AttemptFailed, EliteRetimed, Restructured, SupervisorAdvised, describe
 from eat.executors.local import Cancelled, LocalExecutor, ctrl_c_at_waits, default_workers
+from eat.learning import commit_step, write_notes
 from eat.llm import BudgetSpent, LLMError
-from eat.notes import commit_step, write_notes
 from eat.plateau import Plateau, closing, detect_plateaus, elite_to_retime
 from eat.restructure import Diagnosis, Limits, Operation, decide, diagnose, operation_events, score
 from eat.seal import TargetChangedError

@@ -17,7 +17,7 @@ from eat.agents.base import Proposal, Worker
 from eat.agents.llm import AttemptError
 from eat.context import RunContext
 from eat.events import AttemptFailed, CandidateEvaluated, PlanUpdated, TeamExhausted, clip
-from eat.notes import commit_step, write_notes
+from eat.learning import commit_step, write_notes
 from eat.runners.base import Evaluation, source_hash
 from eat.state import RunState, Team
 from eat.workspace import source_name
