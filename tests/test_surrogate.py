@@ -1,5 +1,6 @@
 """The knob-space searches: coverage (explorer), the surrogate model, regions kept out of."""
 
+import math
 import random
 from pathlib import Path
 
@@ -85,9 +86,9 @@ def test_a_long_runs_model_fits_on_its_best_and_a_sample_and_still_finds_the_bum
     fits = []
 
     class Recorded(surrogate.GP):
-        def __init__(self, x, y):
+        def __init__(self, x, y, lengths=None):
             fits.append(len(x))
-            super().__init__(x, y)
+            super().__init__(x, y, lengths)
 
     monkeypatch.setattr(surrogate, "GP", Recorded)
     rng = random.Random(2)
@@ -338,3 +339,37 @@ def test_the_batched_width_search_scores_each_width_as_one_fit_does():
     one_by_one = [surrogate._fit(x, z, w)[0] for w in widths]
     assert np.allclose(surrogate._evidences(x, z, widths), one_by_one, rtol=1e-9, atol=1e-9)
     assert len(set(one_by_one)) == 7  # distinct widths, distinct scores: the test can tell
+
+
+def test_the_picks_between_two_rungs_share_one_width_search(monkeypatch):
+    """The width search (most of a pick's cost) is made on the first _rung(n) measurements:
+    the picks of a run from 30 to 80 measurements search once per rung, not once per pick,
+    and a measurement within the rung that changes (a re-time) makes a search anew."""
+    surrogate._searched.cache_clear()
+    space = {k: list(range(6)) for k in "ABCD"}
+    searched, widths = [], surrogate._widths
+
+    def recorded(x, z):
+        searched.append(len(x))
+        return widths(x, z)
+
+    monkeypatch.setattr(surrogate, "_widths", recorded)
+    rng = random.Random(4)
+
+    def speed(knobs):
+        return 1.0 + math.exp(-((knobs["A"] - 4) ** 2) - 0.1 * (knobs["B"] - 1) ** 2)
+
+    observed = []
+    while len(observed) < 30:
+        k = {n: rng.randrange(6) for n in space}
+        if all(k != o for o, _ in observed):
+            observed.append((k, speed(k)))
+    for _ in range(50):
+        pick = surrogate.suggest(space, observed, rng, count=1)[0]
+        observed.append((pick, speed(pick)))
+    rungs = sorted({surrogate._rung(n) for n in range(30, 80)})
+    assert searched == rungs  # one search per rung, each on the rung's measurements
+    first, value = observed[0]
+    observed[0] = (first, value * 1.5)
+    surrogate.suggest(space, observed, rng, count=1)
+    assert searched[-1] == surrogate._rung(len(observed)) and len(searched) == len(rungs) + 1

@@ -33,6 +33,10 @@ FIT_POINTS, FIT_BEST = 400, 100
 # factors some hundred kernel matrices where the fit factors one, and on all FIT_POINTS it
 # took 70% of a pick.
 WIDTH_POINTS = 200
+# Widths change little from one measurement to the next: past RUNG_EVERY measurements a search
+# is made on the first `_rung(n)` of the run's n, and the picks until the next rung reuse it.
+# Early picks, which decide how soon a run gets near its best, and cheap searches, search anew.
+RUNG_EVERY, RUNG_STEP = 60, 1.1
 
 
 def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -76,30 +80,65 @@ def _evidences(x: np.ndarray, z: np.ndarray, lengths: np.ndarray) -> list[float]
 def _widths(x: np.ndarray, z: np.ndarray) -> np.ndarray:
     """A width per knob, by evidence: one for all first, then each knob's in turn (a knob that
     matters little gets a wide one, so the model learns which knobs matter, as per-knob
-    searches like TPE do)."""
+    searches like TPE do). Widths already scored are not factored again: each knob's tries
+    hold the current widths, and a second pass repeats every try the first left unchanged."""
+    known: dict[tuple, float] = {}
+
+    def evidences(tries: np.ndarray) -> list[float]:
+        new = [t for t in dict.fromkeys(map(tuple, tries)) if t not in known]
+        if new:
+            known.update(zip(new, _evidences(x, z, np.array(new))))
+        return [known[tuple(t)] for t in tries]
+
     tries = np.array([np.full(x.shape[1], w) for w in LENGTHS])
-    evidence = _evidences(x, z, tries)
+    evidence = evidences(tries)
     i = max(range(len(tries)), key=evidence.__getitem__)
     best, lengths = evidence[i], tries[i]
     for _ in range(2):
         for d in range(x.shape[1]):
             tries = np.repeat(lengths[None, :], len(LENGTHS) + 1, axis=0)
             tries[:, d] = (*LENGTHS, WIDE)
-            for e, t in zip(_evidences(x, z, tries), tries):
+            for e, t in zip(evidences(tries), tries):
                 if e > best + 1e-9:
                     best, lengths = e, t
     return lengths
 
 
+def _rung(n: int) -> int:
+    """The most measurements, at most `n`, that a width search is made on: every count up to
+    RUNG_EVERY, then counts RUNG_STEP apart (some ten searches from 60 to 150 measurements,
+    not ninety)."""
+    if n <= RUNG_EVERY:
+        return n
+    return math.floor(RUNG_EVERY * RUNG_STEP ** math.floor(math.log(n / RUNG_EVERY, RUNG_STEP)))
+
+
+@functools.lru_cache(maxsize=64)
+def _searched(x: bytes, y: bytes, knobs: int) -> tuple[float, ...]:
+    """`_widths` of these measurements (as bytes: a cache key), in the order of their value:
+    the picks between two rungs share one search."""
+    xs, ys = np.frombuffer(x).reshape(-1, knobs), np.frombuffer(y)
+    return tuple(_widths(*_width_sample(xs, ys)))
+
+
+def _width_sample(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a width search scores: past WIDTH_POINTS measurements an even sample of them
+    (they come best first), the values standardized."""
+    z = (y - y.mean()) / (float(y.std()) or 1.0)
+    sample = np.linspace(0, len(x) - 1, min(len(x), WIDTH_POINTS)).round().astype(int)
+    return x[sample], z[sample]
+
+
 class GP:
     """Posterior of a zero-mean GP on standardized targets, with the widths `_widths` chooses
-    (past WIDTH_POINTS measurements, on an even sample of them)."""
+    (past WIDTH_POINTS measurements, on an even sample of them), or with `lengths`."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray):
+    def __init__(self, x: np.ndarray, y: np.ndarray, lengths: np.ndarray | None = None):
         self.mean, self.scale = float(y.mean()), float(y.std()) or 1.0
         z = (y - self.mean) / self.scale
-        sample = np.linspace(0, len(x) - 1, min(len(x), WIDTH_POINTS)).round().astype(int)
-        _, self.lengths, self.linv, self.alpha = _fit(x, z, _widths(x[sample], z[sample]))
+        if lengths is None:
+            lengths = _widths(*_width_sample(x, z))
+        _, self.lengths, self.linv, self.alpha = _fit(x, z, lengths)
         self.x = x / self.lengths
 
     def predict(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -256,7 +295,17 @@ def suggest(
             if len(points) > FIT_POINTS
             else order
         )
-        gp = GP(np.array([points[i] for i in fit]) / scale, np.array([values[i] for i in fit]))
+        rung = sorted(range(_rung(len(points))), key=lambda i: -values[i])
+        lengths = _searched(
+            (np.array([points[i] for i in rung]) / scale).tobytes(),
+            np.array([values[i] for i in rung], dtype=float).tobytes(),
+            len(space),
+        )
+        gp = GP(
+            np.array([points[i] for i in fit]) / scale,
+            np.array([values[i] for i in fit]),
+            np.array(lengths),
+        )
         mu, sd = gp.predict(pool / scale)
         score = mu + bonus * sd
         picks = list(np.argsort(-score, kind="stable")[:count])
