@@ -159,7 +159,8 @@ class LLMAdvisor:
                 "preset": t.preset,
                 "strategy": t.strategy,
                 "state": t.state,
-                "evals": t.evals,
+                "evals": t.evaluated,
+                "copies": t.copies,  # candidates that repeated an evaluated program
                 "best": x(t.best_estimate),
                 "since": t.since_improvement,
                 "failures": t.failures,

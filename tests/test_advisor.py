@@ -118,3 +118,33 @@ def test_decisions_naming_unknown_things_are_refused():
         "cites no existing candidate",
     ):
         assert words in found
+
+
+def test_the_prompt_gives_a_team_s_evaluations_apart_from_its_copies(tmp_path):
+    """A team's candidates that repeated an evaluated program spent no evaluation: the
+    supervisor's prompt counts them apart, not among the team's evaluations."""
+    from pathlib import Path
+
+    from eat.advisor import LLMAdvisor
+    from eat.events import CandidateEvaluated, TeamSpawned
+    from eat.state import RunState
+    from eat.target import load_target
+
+    state = RunState()
+    state.apply(TeamSpawned(team="a-1", preset="coordinate", strategy="coordinate", directive="d"))
+    for cid, same in (("c0001", None), ("c0002", "c0001"), ("c0003", "c0001")):
+        state.apply(
+            CandidateEvaluated(
+                candidate=cid,
+                team="a-1",
+                source_hash=cid,
+                status="ok",
+                speedup=2.0,
+                program="p",
+                same_as=same,
+            )
+        )
+    target = load_target(Path(__file__).resolve().parents[1] / "examples" / "cpu_matmul")
+    prompt = LLMAdvisor(None, target, {}, tmp_path / "LEARNING.md", 4)._prompt([], state)
+    line = next(x for x in prompt.splitlines() if x.startswith("- a-1:"))
+    assert "1 evaluations (and 2 candidates that repeated a program already evaluated)" in line
