@@ -35,6 +35,7 @@ from eat.events import (
     TeamSpawned,
 )
 from eat.knobspace import KnobIndex
+from eat.runners.base import BY_CHANCE
 
 LOCAL = frozenset({"coordinate", "refiner"})
 
@@ -293,6 +294,7 @@ class RunState:
         self.candidates: dict[str, Candidate] = {}
         self.hashes: dict[str, str] = {}  # source hash -> the candidate that had it
         self.programs: dict[str, str] = {}  # program key -> the candidate evaluated for it
+        self.retried: set[str] = set()  # programs evaluated again after a failure by chance
         self.knob_index = KnobIndex()  # the candidates' knobs and estimates, for regions
         self.evaluations = 0  # candidates evaluated
         self.retimes = 0  # re-times of an elite (they spend evaluations too)
@@ -346,6 +348,27 @@ class RunState:
         memo[id(self.programs)] = dict(self.programs)
         memo[id(self.knob_index)] = self.knob_index.copy()
         return copy.deepcopy(self, memo)
+
+    def _evaluated_program(self, program: str, cid: str) -> None:
+        """`cid` evaluated `program`: it stands for the program, unless an earlier evaluation
+        does that did not fail by chance (two turns that evaluated one program at once)."""
+        standing = self.candidates.get(self.programs.get(program, ""))
+        if standing is None:
+            self.programs[program] = cid
+        elif standing.status in BY_CHANCE:
+            self.programs[program] = cid
+            self.retried.add(program)
+
+    def stands_for(self, program: str) -> str | None:
+        """The candidate whose result a source building `program` gets, unevaluated: None
+        where the run has not evaluated it, or where its one evaluation failed as a busy
+        machine can make any program fail (BY_CHANCE), so that it is evaluated once more."""
+        cid = self.programs.get(program)
+        if cid is None or (
+            self.candidates[cid].status in BY_CHANCE and program not in self.retried
+        ):
+            return None
+        return cid
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -499,7 +522,7 @@ class RunState:
             self.attempts_since_eval = 0
             self.repeated_since_eval = {}
             if e.program:
-                self.programs.setdefault(e.program, c.cid)
+                self._evaluated_program(e.program, c.cid)
         self.candidates[c.cid] = c
         self.knob_index.add(c.cid, c.knobs, c.estimate)
         self.hashes.setdefault(c.source_hash, c.cid)

@@ -94,7 +94,7 @@ class Turn:
         source that builds a program the run evaluated already gets that program's result."""
         ctx = self.ctx
         program = ctx.runner.program(ctx.target, proposal.source)
-        same = ctx.on_main(lambda: ctx.state.programs.get(program)) if program else None
+        same = ctx.on_main(lambda: ctx.state.stands_for(program)) if program else None
         ev = self._result_of(same, proposal.source) if same else None
         if ev is None:
             same = None

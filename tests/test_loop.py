@@ -158,6 +158,38 @@ def test_a_program_whose_result_file_is_gone_is_evaluated_again(tmp_path):
     assert state.candidates["c0002"].same_as is None and state.copies == 0
 
 
+class TimesOutFirst(FakeRunner):
+    """Every source builds one program; its first `misses` evaluations hit the time limit, as
+    on a busy machine, and the rest are timed."""
+
+    def __init__(self, misses: int):
+        super().__init__(lambda k: 2.0, program=lambda k: "one")
+        self.misses = misses
+
+    def evaluate(self, target, source, **kw):
+        ev = super().evaluate(target, source, **kw)
+        if self.calls <= self.misses:
+            return ev.model_copy(update={"status": "timeout", "speedup": None, "workloads": []})
+        return ev
+
+
+@pytest.mark.parametrize("misses", [1, 2])
+def test_a_program_that_failed_by_chance_is_evaluated_once_more(tmp_path, misses):
+    """A program whose evaluation timed out (which a busy machine can make of any program) is
+    evaluated again when a source builds it again, once: the second result stands for it,
+    whether timed or failed again, and later sources get it unevaluated."""
+    ws = tmp_path / "ws"
+    runner = TimesOutFirst(misses)
+    cpu_matmul = ROOT / "examples" / "cpu_matmul"
+    start_run(cpu_matmul, ws, runner=runner, max_evals=3, teams=["explorer"], supervise=False)
+    state = RunState.from_events(Workspace.open(ws).read_events()[0])
+    c = state.candidates  # no re-times (unsupervised): the runner's calls are evaluations
+    assert runner.calls == 2 and c["c0001"].status == "timeout"
+    assert c["c0002"].same_as is None and state.programs == {"one": "c0002"}
+    assert c["c0002"].status == ("timeout" if misses == 2 else "ok")
+    assert c["c0003"].same_as == "c0002" and c["c0003"].status == c["c0002"].status
+
+
 class LuckyFirstTimings(FakeRunner):
     """A source's first timing is lucky (x1.3), its re-times honest: re-times lower elites."""
 

@@ -23,6 +23,9 @@ from eat.target import EvalConfig, Target, geomean
 
 Status = Literal["ok", "compile_error", "incorrect", "timeout", "crash", "rejected"]
 STATUSES: tuple[str, ...] = get_args(Status)
+# Failures a busy machine can cause whatever the program (a time limit hit under load, a
+# process killed for memory others took): a program that failed so once is evaluated again.
+BY_CHANCE: tuple[str, ...] = ("timeout", "crash")
 
 
 class Stat(BaseModel):
