@@ -277,7 +277,8 @@ def write_notes(team: Team, ctx: RunContext) -> None:
         f"- strategy: {team.strategy}",
         f"- state: {team.state}{' (nothing left to try)' if team.exhausted else ''}",
         f"- directive: {team.directive}",
-        f"- evaluations: {team.evals}, since last improvement: {team.since_improvement}",
+        f"- evaluations: {team.evaluated}, since last improvement: {team.since_improvement}"
+        + (f" ({team.copies} candidates repeated an evaluated program)" if team.copies else ""),
         f"- near the run's best: {team.hits} of them (pace {team.pace:.2f}; a supervised run "
         "gives teams turns by share and pace)",
         f"- best: {best.cid} at {best.estimate:.2f}x"

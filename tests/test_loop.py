@@ -140,6 +140,10 @@ def test_a_source_that_builds_an_evaluated_program_gets_its_result_unevaluated(t
     st = run_status(ws)
     assert st["copies"] == len(copies) and st["evaluations"] == 40
     assert sum(t["evaluations"] for t in st["teams"]) == state.evaluations  # copies apart
+    for team in state.teams.values():  # and so does each team's NOTES.md
+        notes = (ws / "teams" / team.id / "NOTES.md").read_text()
+        assert f"- evaluations: {team.evaluated}, since" in notes
+        assert (f"({team.copies} candidates repeated" in notes) == (team.copies > 0)
     shown = CliRunner().invoke(app, ["status", str(ws)]).output
     assert f"evaluations 40/40 ({st['retimes']} re-times), {len(copies)} copies of an" in shown
 
