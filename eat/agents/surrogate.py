@@ -137,7 +137,7 @@ class GP:
         self.mean, self.scale = float(y.mean()), float(y.std()) or 1.0
         z = (y - self.mean) / self.scale
         if lengths is None:
-            lengths = _widths(*_width_sample(x, z))
+            lengths = _widths(*_width_sample(x, y))
         _, self.lengths, self.linv, self.alpha = _fit(x, z, lengths)
         self.x = x / self.lengths
 
