@@ -17,9 +17,8 @@ from eat.context import RunContext
 from eat.events import clip, gflops_text, speedup_text, verdict_text
 from eat.knobspace import differing
 from eat.llm import redact
-from eat.merge import BEGIN, END, merge_write, outside, splice
 from eat.state import Candidate, RunState, Team, spread
-from eat.steer import directive_of
+from eat.steer import BEGIN, END, directive_of, merge_write, outside, splice
 from eat.target import Target
 
 CAP_CHARS = 6000

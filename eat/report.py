@@ -36,9 +36,9 @@ from eat.events import (
     speedup_text,
     verdict_text,
 )
-from eat.merge import read_settled
 from eat.state import RunState
 from eat.status import sealed_target
+from eat.steer import read_settled
 from eat.workspace import Workspace, tampered, write_output
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from test_learning import TARGET, grown_history
 
 from eat.learning import BEGIN, END, outside, render, splice, update
-from eat.merge import merge_write
+from eat.steer import merge_write
 
 PERSON = """
 import os, random, sys, time
@@ -89,7 +89,7 @@ def _wait_for(ws, kind, n=1, timeout=5.0):
 def test_swapped_out_files_kept_for_late_saves_are_bounded(tmp_path):
     # Each rewrite keeps what it swapped out open for a while; a long run with many teams
     # rewrites many files, and must not run out of file descriptors.
-    from eat.merge import KEEP_FILES
+    from eat.steer import KEEP_FILES
 
     before = len(os.listdir("/proc/self/fd"))
     for i in range(3 * KEEP_FILES):
