@@ -289,6 +289,43 @@ def test_real_nvcc_builds_the_kit_baseline_and_reports_errors(tmp_path):
     assert 'identifier "accumulator" is undefined' in ev.message + ev.compile_log
 
 
+KEYED = """
+#include <cuda_runtime.h>
+#define TILE {tile}
+#define HOST_STEP {step}
+__global__ void scale(float *x, int n) {{
+    int i = blockIdx.x * TILE + threadIdx.x;
+#ifdef __CUDA_ARCH__
+    if (i < n) x[i] *= {device};
+#endif
+}}
+extern "C" void run(float *x, int n) {{
+#ifndef __CUDA_ARCH__
+    scale<<<(n + HOST_STEP - 1) / HOST_STEP, TILE>>>(x, n);
+#endif
+}}
+"""
+
+
+@needs_nvcc
+def test_real_nvcc_program_key_reads_the_device_and_the_host_pass():
+    """Two sources are one program only where both of nvcc's passes read the same: a change the
+    host pass alone sees (a launch under #ifndef __CUDA_ARCH__), or the device pass alone, is
+    another program; a comment is not. hipcc's passes are not known here: no key."""
+    kit = load_target(CUDA_KIT)
+    kit = kit.model_copy(update={"build": kit.build.model_copy(update={"arch": "sm_90"})})
+    runner = GpuRunner("cuda")
+
+    def key(extra: str = "", **knobs) -> str | None:
+        values = {"tile": 16, "step": 256, "device": "2.0f"} | knobs
+        return runner.program(kit, KEYED.format(**values) + extra)
+
+    first = key()
+    assert first is not None and key("// a comment\n") == first
+    assert len({first, key(step=128), key(device="3.0f"), key(tile=32)}) == 4
+    assert GpuRunner("rocm").program(kit, KEYED.format(tile=16, step=256, device="2.0f")) is None
+
+
 HIP_SOURCE = """
 #include <hip/hip_runtime.h>
 __global__ void fill(float *C, int n) {

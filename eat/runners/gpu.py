@@ -93,6 +93,13 @@ class GpuRunner(NativeRunner):
         self.api = gpurt.API[name]
         self.runtime = runtime or os.environ.get(gpurt.ENV)  # None: the usual library names
         self.lock_name = f"{name}{device}"
+        if name == "cuda":
+            # `nvcc -E` writes the device pass alone (__CUDA_ARCH__ set); the same without it
+            # is the host pass, so code that either pass leaves out still tells programs apart.
+            self.preprocess = ("-E", "-Xcompiler", "-P", "-Xcompiler", "-dD")
+            self.passes = ((), ("-U__CUDA_ARCH__", "-UCUDA_DOUBLE_MATH_FUNCTIONS"))
+        else:
+            self.passes = None  # hipcc's -E, not checked on a machine with hipcc
 
     # -- what is here ---------------------------------------------------------------------
 
@@ -150,11 +157,6 @@ class GpuRunner(NativeRunner):
             )
         gcn = info.get("gcn_arch")
         return gcn and gcn.split(":")[0]  # feature flags left out: code for either xnack mode
-
-    def program(self, target: Target, source: str) -> str | None:
-        """None: `nvcc -E` and `hipcc -E` give the host pass alone, where device code under
-        `#if __CUDA_ARCH__` (or HIP's) is erased, so two kernels could read as one program."""
-        return None
 
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
         cc, arch = target.build.compiler_for(self.name), self.arch(target) or "native"

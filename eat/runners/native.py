@@ -147,6 +147,11 @@ class NativeRunner(ABC):
     lock_name: str  # the timing slot: one per device
     peaks: Peaks | None
     lock_down: bool
+    # How `program` has the compiler preprocess a source: the flags that write it preprocessed
+    # (to -o), and the extra flags of each pass the compiler compiles it in (None: its passes
+    # are not known here, and no source gets a program key).
+    preprocess: tuple[str, ...] = ("-E", "-P", "-dD")
+    passes: tuple[tuple[str, ...], ...] | None = ((),)
 
     @property
     @abstractmethod
@@ -178,21 +183,25 @@ class NativeRunner(ABC):
         """Set the fields this runner's harness needs in `job` (for its mode)."""
 
     def program(self, target: Target, source: str) -> str | None:
-        """The build key of `source` preprocessed (`-E -P -dD`, then `program_text`): sources
-        that differ only where the preprocessor erases it (comments, a knob whose `#if` is not
-        taken) get one key. None where it does not preprocess, or is refused."""
+        """The build key of `source` preprocessed in each of the compiler's passes (`-E -P
+        -dD`, then `program_text`): sources that differ only where the preprocessor erases it
+        (comments, a knob whose `#if` is not taken) get one key. None where it does not
+        preprocess, or is refused."""
         flags, refused = self.flags(source, target.build.cflags)
-        if refused or _FILE_READS.search(source):
+        if self.passes is None or refused or _FILE_READS.search(source):
             return None
+        texts = []
         with sandbox.scratch("prog") as tmp_name:
             src = Path(tmp_name) / f"candidate{self.suffix}"
             src.write_text(source)
             out = src.with_suffix(".i")
-            done = self._compile(target, src, flags, target.evaluation, out)
-            if done.returncode != 0 or done.timed_out or not out.is_file():
-                return None
-            text = program_text(out.read_text(errors="replace"))
-        return self._build_key(target, text, flags)
+            for extra in self.passes:
+                out.unlink(missing_ok=True)
+                done = self._compile(target, src, [*flags, *extra], target.evaluation, out)
+                if done.returncode != 0 or done.timed_out or not out.is_file():
+                    return None
+                texts.append(program_text(out.read_text(errors="replace")))
+        return self._build_key(target, "\0".join(texts), flags)
 
     def evaluate(
         self,
@@ -419,7 +428,7 @@ class NativeRunner(ABC):
     def _compile(
         self, target: Target, src: Path, flags: list[str], cfg: EvalConfig, out: Path | None = None
     ) -> sandbox.Completed:
-        """Build `src` (into `out` with `-E -P -dD`: preprocess it there)."""
+        """Build `src` (into `out` with `self.preprocess`: preprocess it there)."""
         limits = sandbox.Limits(
             wall_s=cfg.compile_timeout_s,
             cpu_s=int(cfg.compile_timeout_s),
@@ -428,7 +437,7 @@ class NativeRunner(ABC):
         cmd = self.compile_command(target, src, flags)
         if out is not None:
             cmd[cmd.index("-o") + 1] = str(out)
-            cmd += ["-E", "-P", "-dD"]
+            cmd += self.preprocess
         return sandbox.run(
             cmd,
             cwd=src.parent,
