@@ -18,20 +18,31 @@ SPACE = {"A": list(range(9)), "B": list(range(9))}
 TARGET = load_target(Path(__file__).parent.parent / "examples" / "cpu_matmul")
 
 
+def spread(space, measured: list[dict], *args, **kwargs) -> list[dict]:
+    """surrogate.spread of configurations given as knobs."""
+    return surrogate.spread(space, [surrogate.indexer(space)(k) for k in measured], *args, **kwargs)
+
+
+def suggest(space, observed: list[tuple[dict, float | None]], *args, **kwargs) -> list[dict]:
+    """surrogate.suggest of (knobs, speedup) pairs."""
+    point = surrogate.indexer(space)
+    return surrogate.suggest(space, [(point(k), s) for k, s in observed], *args, **kwargs)
+
+
 def bump(knobs):
     """A smooth bump centred on A=6, B=2."""
     return 1.0 + 3.0 * 0.5 ** ((knobs["A"] - 6) ** 2 + (knobs["B"] - 2) ** 2)
 
 
 def test_coverage_picks_unused_values_then_the_point_farthest_from_everything_measured():
-    (first,) = surrogate.spread(SPACE, [{"A": 0, "B": 0}], random.Random(0), count=1)
+    (first,) = spread(SPACE, [{"A": 0, "B": 0}], random.Random(0), count=1)
     assert first == {"A": 8, "B": 8}
     measured = [{"A": 0, "B": 0}, {"A": 8, "B": 8}]
     # (8, 0) is farther from both but measures no new value; (1, 7) and (7, 1) measure two
-    (first,) = surrogate.spread(SPACE, measured, random.Random(0), count=1)
+    (first,) = spread(SPACE, measured, random.Random(0), count=1)
     assert first in ({"A": 1, "B": 7}, {"A": 7, "B": 1})
     fence = Fence(radius=2, near={"A": 1, "B": 1})  # A=1 or B=1
-    kept = surrogate.spread(SPACE, measured, random.Random(0), count=5, fence=fence)
+    kept = spread(SPACE, measured, random.Random(0), count=5, fence=fence)
     assert len(kept) == 5 and all(1 in k.values() for k in kept)
     assert all(k not in measured for k in kept)
 
@@ -42,7 +53,7 @@ def test_coverage_measures_every_value_of_each_knob_before_it_repeats_one():
     space = {k: list(range(5)) for k in "ABC"}
     measured = [dict.fromkeys("ABC", 0)]
     for _ in range(4):
-        (pick,) = surrogate.spread(space, measured, random.Random(0), count=1)
+        (pick,) = spread(space, measured, random.Random(0), count=1)
         measured.append(pick)
     assert all({m[k] for m in measured} == set(range(5)) for k in "ABC")
 
@@ -53,11 +64,19 @@ def test_in_a_sampled_space_coverage_still_starts_at_the_far_corner():
     space = {k: list(range(10)) for k in "ABCDE"}  # 100,000 configurations
     assert 10**5 > surrogate.ENUMERATE_UP_TO
     for seed in range(3):
-        (first,) = surrogate.spread(space, [dict.fromkeys("ABCDE", 0)], random.Random(seed), 1)
+        (first,) = spread(space, [dict.fromkeys("ABCDE", 0)], random.Random(seed), 1)
         assert first == dict.fromkeys("ABCDE", 9)
     near_top = {"A": 9, "B": 9, "C": 7, "D": 2, "E": 0}  # antipode: the other end of each
-    (first,) = surrogate.spread(space, [near_top], random.Random(0), count=1)
+    (first,) = spread(space, [near_top], random.Random(0), count=1)
     assert first == {"A": 0, "B": 0, "C": 0, "D": 9, "E": 9}
+
+
+def test_coverage_in_a_space_past_what_one_integer_numbers():
+    """8**21 configurations (2**63) cannot be numbered in an int64: the measured rows are
+    sorted as rows there, and the far corner is still the first pick."""
+    space = {f"K{i}": list(range(8)) for i in range(21)}
+    (first,) = spread(space, [dict.fromkeys(space, 0)], random.Random(0), count=1)
+    assert first == dict.fromkeys(space, 7)
 
 
 def test_the_model_climbs_to_a_bump_from_a_few_measurements():
@@ -67,7 +86,7 @@ def test_the_model_climbs_to_a_bump_from_a_few_measurements():
         for a, b in [(0, 0), (8, 8), (0, 8), (8, 0), (4, 4), (5, 3)]
     ]
     for _ in range(12):
-        pick = surrogate.suggest(SPACE, observed, rng, count=1)[0]
+        pick = suggest(SPACE, observed, rng, count=1)[0]
         assert all(pick != k for k, _ in observed)  # never a repeat
         observed.append((pick, bump(pick)))
     best = max(observed, key=lambda o: o[1])[0]
@@ -97,7 +116,7 @@ def test_a_long_runs_model_fits_on_its_best_and_a_sample_and_still_finds_the_bum
         (k, speed(k)) for k in (dict(zip(peak, p)) for p in sorted(points)) if differs(k, peak) > 1
     ]  # the peak's region itself is left unmeasured
     for _ in range(3):
-        pick = surrogate.suggest(space, observed, rng, count=1)[0]
+        pick = suggest(space, observed, rng, count=1)[0]
         assert all(pick != k for k, _ in observed)
         observed.append((pick, speed(pick)))
     assert fits == [surrogate.FIT_POINTS] * 3
@@ -106,7 +125,7 @@ def test_a_long_runs_model_fits_on_its_best_and_a_sample_and_still_finds_the_bum
 
 def test_failed_configurations_count_as_poor_and_unseen_spaces_start_at_random():
     observed = [({"A": 0, "B": 0}, 1.0), ({"A": 1, "B": 0}, None)]
-    picks = surrogate.suggest(SPACE, observed, random.Random(3), count=4)
+    picks = suggest(SPACE, observed, random.Random(3), count=4)
     assert len(picks) == 4 and {"A": 1, "B": 0} not in picks
 
 
@@ -365,11 +384,11 @@ def test_the_picks_between_two_rungs_share_one_width_search(monkeypatch):
         if all(k != o for o, _ in observed):
             observed.append((k, speed(k)))
     for _ in range(50):
-        pick = surrogate.suggest(space, observed, rng, count=1)[0]
+        pick = suggest(space, observed, rng, count=1)[0]
         observed.append((pick, speed(pick)))
     rungs = sorted({surrogate._rung(n) for n in range(30, 80)})
     assert searched == rungs  # one search per rung, each on the rung's measurements
     first, value = observed[0]
     observed[0] = (first, value * 1.5)
-    surrogate.suggest(space, observed, rng, count=1)
+    suggest(space, observed, rng, count=1)
     assert searched[-1] == surrogate._rung(len(observed)) and len(searched) == len(rungs) + 1

@@ -97,6 +97,9 @@ class OfflineAgent:
         self.seed = seed
         self.known = _known_configs(target, skill)
         self._rendered: dict[tuple, tuple[str, str]] = {}
+        self._space = {n: k.values for n, k in target.knobs.items()}
+        self._point = surrogate.indexer(self._space)
+        self._rows: dict[str, tuple[int, ...] | None] = {}  # candidate -> its index row
 
     def repair(self, team, state, failed, log) -> None:
         return None  # a failed configuration is a measured fact about the knob space
@@ -170,6 +173,21 @@ class OfflineAgent:
                 return p
         return None
 
+    def _measured(self, state: RunState) -> list[tuple[tuple[int, ...] | None, float | None]]:
+        """(index row, estimate) of the baseline's configuration (1.0x) and of every candidate
+        with knobs, in the run's order; a candidate's row is found once (on a long run, finding
+        every row at every pick was most of the pick's growth with the history)."""
+        rows = self._rows
+        out: list[tuple[tuple[int, ...] | None, float | None]] = [
+            (self._point(defaults(self.target)), 1.0)
+        ]
+        for cid, c in state.candidates.items():
+            if c.knobs:
+                if cid not in rows:
+                    rows[cid] = self._point(c.knobs)
+                out.append((rows[cid], c.estimate))
+        return out
+
     def _rng(self, team: Team, attempt: int) -> random.Random:
         return random.Random(f"{self.seed}:{team.id}:{team.seed}:{team.evals}:{attempt}")
 
@@ -204,11 +222,10 @@ class OfflineAgent:
     def _explorer(self, team: Team, state: RunState) -> Proposal | None:
         """The untried configuration whose knob values were measured least often, farthest from
         everything measured among those (coverage)."""
-        space = {n: k.values for n, k in self.target.knobs.items()}
-        measured = [defaults(self.target)] + [c.knobs for c in state.candidates.values() if c.knobs]
+        measured = [row for row, _ in self._measured(state)]
         fence = self._fence(team, state)
         picks = surrogate.spread(
-            space, measured, self._rng(team, 0), fence=fence, settled=_settled(state)
+            self._space, measured, self._rng(team, 0), fence=fence, settled=_settled(state)
         )
         for knobs in picks:
             p = self._offer(
@@ -243,13 +260,10 @@ class OfflineAgent:
         """The untried configuration a surrogate of every candidate so far rates best (with an
         exploration bonus), in the whole space or, for a team given a start, in its region;
         the baseline's configuration is known to give 1.0x."""
-        space = {n: k.values for n, k in self.target.knobs.items()}
-        observed = [(defaults(self.target), 1.0)] + [
-            (c.knobs, c.estimate) for c in state.candidates.values() if c.knobs
-        ]
         start = state.candidates.get(team.start_from or "")  # a forked model keeps to its region
         fence = self._fence(team, state, start.knobs if start is not None else None)
-        for knobs in surrogate.suggest(space, observed, self._rng(team, 0), fence=fence):
+        observed = self._measured(state)
+        for knobs in surrogate.suggest(self._space, observed, self._rng(team, 0), fence=fence):
             p = self._offer(
                 knobs,
                 state,

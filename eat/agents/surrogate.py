@@ -150,9 +150,10 @@ class GP:
         return self.mean + self.scale * mu, self.scale * np.sqrt(var)
 
 
-def _indexer(space: dict[str, list]):
-    """knobs -> the index of each knob's value (its first value where a knob is missing), or
-    None for a value the space does not list. Values compare as text, as TOML gives them."""
+def indexer(space: dict[str, list]):
+    """knobs -> its index row: the index of each knob's value (its first value where a knob is
+    missing), or None for a value the space does not list. Values compare as text, as TOML
+    gives them. Callers keep a candidate's row: its knobs never change."""
     lookup = [
         (name, {str(v): i for i, v in reversed(list(enumerate(values)))}, str(values[0]))
         for name, values in space.items()
@@ -163,6 +164,11 @@ def _indexer(space: dict[str, list]):
         return None if -1 in idx else idx
 
     return point
+
+
+def _ravel(rows: set[tuple[int, ...]], sizes: tuple[int, ...]) -> np.ndarray:
+    """Index rows as their positions in the whole space (itertools.product's order)."""
+    return np.ravel_multi_index(np.array(list(rows)).T, sizes)
 
 
 @functools.lru_cache(maxsize=8)
@@ -184,11 +190,13 @@ def _candidates(
     if math.prod(sizes) <= ENUMERATE_UP_TO:
         grid, untried = _grid(sizes), np.ones(math.prod(sizes), dtype=bool)
         if tried:
-            untried[np.ravel_multi_index(np.array(list(tried)).T, sizes)] = False
+            untried[_ravel(tried, sizes)] = False
         return grid[untried]
     pool = {tuple(rng.randrange(n) for n in sizes) for _ in range(SAMPLES)}
-    if far:
-        pool.update(tuple(0 if 2 * i >= n - 1 else n - 1 for i, n in zip(p, sizes)) for p in tried)
+    if far and tried:
+        ends = np.array(sizes) - 1
+        antipodes = np.where(2 * np.array(list(tried)) >= ends, 0, ends)
+        pool.update(map(tuple, np.unique(antipodes, axis=0).tolist()))
     for p in top:
         for k, n in enumerate(sizes):
             pool.update(p[:k] + (v,) + p[k + 1 :] for v in range(n))
@@ -215,7 +223,7 @@ def _knobs(space: dict[str, list], p) -> dict[str, Any]:
 
 def spread(
     space: dict[str, list],
-    observed: list[dict],
+    observed: list[tuple[int, ...] | None],
     rng: random.Random,
     count: int = 8,
     fence: Fence | None = None,
@@ -223,18 +231,21 @@ def spread(
 ) -> list[dict[str, Any]]:
     """Up to `count` untried configurations that `fence` admits (None: any): those using the
     knob values measured least often first (a `settled` value, per knob, counts as measured
-    more than any other), then farthest from every configuration measured
-    (maximin in knob-index space, scaled to [0, 1]): coverage, so no value and no region stays
-    unseen."""
+    more than any other), then farthest from every configuration measured (`observed`, index
+    rows, None off the space: maximin in knob-index space, scaled to [0, 1]): coverage, so no
+    value and no region stays unseen."""
     scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
-    point = _indexer(space)
-    points = {p for k in observed if (p := point(k)) is not None}
+    points = {p for p in observed if p is not None}
     grid = _pool(space, points, [], rng, True, fence)
     if not len(grid):
         return []
     if not points:
         return [_knobs(space, grid[i]) for i in rng.sample(range(len(grid)), min(count, len(grid)))]
-    measured = np.array(sorted(points))
+    sizes = tuple(len(v) for v in space.values())
+    if math.prod(sizes) < 2**62:  # rows as one integer each: sorted many times quicker
+        measured = np.array(np.unravel_index(np.unique(_ravel(points, sizes)), sizes)).T
+    else:
+        measured = np.array(sorted(points))
     # Maximin alone only ever picks the grid's boundary: on a landscape whose good values sit
     # inside the range the explorer then measures the same few values again and again.
     settled = settled or {}
@@ -261,7 +272,7 @@ def spread(
 
 def suggest(
     space: dict[str, list],
-    observed: list[tuple[dict, float | None]],
+    observed: list[tuple[tuple[int, ...] | None, float | None]],
     rng: random.Random,
     bonus: float = BONUS,
     count: int = 8,
@@ -270,19 +281,15 @@ def suggest(
     """Up to `count` untried configurations that `fence` admits (None: any), best
     acquisition first.
 
-    `observed` is every (knobs, speedup or None when it failed) the run has seen; with fewer
-    successes than knobs there is nothing to fit yet, and the picks are random.
+    `observed` is every (index row, or None off the space; speedup, or None when it failed)
+    the run has seen; with fewer successes than knobs there is nothing to fit yet, and the
+    picks are random.
     """
     scale = np.array([max(1, len(v) - 1) for v in space.values()], dtype=float)
-    points, values = [], []
     ok = [s for _, s in observed if s]
     worst = math.log(min(ok)) if ok else 0.0
-    point = _indexer(space)
-    for config, speedup in observed:
-        p = point(config)
-        if p is not None:
-            points.append(p)
-            values.append(math.log(speedup) if speedup else worst - FAILED_PENALTY)
+    points = [p for p, _ in observed if p is not None]
+    values = [math.log(s) if s else worst - FAILED_PENALTY for p, s in observed if p is not None]
     order = sorted(range(len(points)), key=lambda i: -values[i])
     pool = _pool(space, set(points), [points[i] for i in order[:5]], rng, False, fence)
     if not len(pool):
