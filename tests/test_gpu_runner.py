@@ -320,10 +320,18 @@ def test_real_nvcc_program_key_reads_the_device_and_the_host_pass():
         values = {"tile": 16, "step": 256, "device": "2.0f"} | knobs
         return runner.program(kit, KEYED.format(**values) + extra)
 
+    assert gpu.nvcc_preprocesses_device("nvcc", "sm_90")
     first = key()
     assert first is not None and key("// a comment\n") == first
     assert len({first, key(step=128), key(device="3.0f"), key(tile=32)}) == 4
     assert GpuRunner("rocm").program(kit, KEYED.format(tile=16, step=256, device="2.0f")) is None
+
+
+def test_no_program_key_where_the_compilers_e_is_not_the_device_pass(runner, target):
+    """The tests' stand-in for nvcc preprocesses as g++ (no __CUDA_ARCH__): keyed on that pass
+    alone, two kernels differing only in device code would read as one program."""
+    assert not gpu.nvcc_preprocesses_device(target.build.compiler_for("cuda"), "sm_90")
+    assert runner.program(target, _kit("baseline")) is None
 
 
 HIP_SOURCE = """

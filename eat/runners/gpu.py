@@ -158,6 +158,14 @@ class GpuRunner(NativeRunner):
         gcn = info.get("gcn_arch")
         return gcn and gcn.split(":")[0]  # feature flags left out: code for either xnack mode
 
+    def program(self, target: Target, source: str) -> str | None:
+        """NativeRunner.program's key, where this nvcc's `-E` writes the device pass as the
+        key's two passes assume (nvcc 13's does); else None, as for HIP."""
+        compiler, arch = target.build.compiler_for(self.name), self.arch(target) or "native"
+        if self.name == "cuda" and not nvcc_preprocesses_device(compiler, arch):
+            return None
+        return super().program(target, source)
+
     def compile_command(self, target: Target, src: Path, flags: list[str]) -> list[str]:
         cc, arch = target.build.compiler_for(self.name), self.arch(target) or "native"
         out = str(src.with_suffix(".so"))
@@ -245,6 +253,24 @@ def nvcc_accepts(compiler: str, arch: str) -> bool:
         except (OSError, subprocess.TimeoutExpired):
             return False
     return done.returncode == 0
+
+
+@lru_cache(maxsize=64)
+def nvcc_preprocesses_device(compiler: str, arch: str) -> bool:
+    """Whether this nvcc's `-E` writes the device pass (__CUDA_ARCH__ set) for `arch`."""
+    with sandbox.scratch("pass") as tmp:
+        Path(tmp, "probe.cu").write_text("#ifdef __CUDA_ARCH__\neat_device_pass\n#endif\n")
+        try:
+            done = subprocess.run(
+                [compiler, "-E", f"-arch={arch}", "probe.cu"],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return done.returncode == 0 and "eat_device_pass" in done.stdout
 
 
 @lru_cache(maxsize=8)
