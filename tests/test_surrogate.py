@@ -72,8 +72,8 @@ def test_in_a_sampled_space_coverage_still_starts_at_the_far_corner():
 
 
 def test_coverage_in_a_space_past_what_one_integer_numbers():
-    """8**21 configurations (2**63) cannot be numbered in an int64: the measured rows are
-    sorted as rows there, and the far corner is still the first pick."""
+    """8**21 configurations (2**63) cannot be numbered in an int64 (np.ravel_multi_index
+    refuses them): coverage keeps the rows as rows, and the far corner is the first pick."""
     space = {f"K{i}": list(range(8)) for i in range(21)}
     (first,) = spread(space, [dict.fromkeys(space, 0)], random.Random(0), count=1)
     assert first == dict.fromkeys(space, 7)

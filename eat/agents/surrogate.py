@@ -166,11 +166,6 @@ def indexer(space: dict[str, list]):
     return point
 
 
-def _ravel(rows: set[tuple[int, ...]], sizes: tuple[int, ...]) -> np.ndarray:
-    """Index rows as their positions in the whole space (itertools.product's order)."""
-    return np.ravel_multi_index(np.array(list(rows)).T, sizes)
-
-
 @functools.lru_cache(maxsize=8)
 def _grid(sizes: tuple[int, ...]) -> np.ndarray:
     """Every configuration of a small space as index rows, in itertools.product's order."""
@@ -190,13 +185,13 @@ def _candidates(
     if math.prod(sizes) <= ENUMERATE_UP_TO:
         grid, untried = _grid(sizes), np.ones(math.prod(sizes), dtype=bool)
         if tried:
-            untried[_ravel(tried, sizes)] = False
+            untried[np.ravel_multi_index(np.array(list(tried)).T, sizes)] = False
         return grid[untried]
     pool = {tuple(rng.randrange(n) for n in sizes) for _ in range(SAMPLES)}
     if far and tried:
         ends = np.array(sizes) - 1
         antipodes = np.where(2 * np.array(list(tried)) >= ends, 0, ends)
-        pool.update(map(tuple, np.unique(antipodes, axis=0).tolist()))
+        pool.update(map(tuple, antipodes.tolist()))
     for p in top:
         for k, n in enumerate(sizes):
             pool.update(p[:k] + (v,) + p[k + 1 :] for v in range(n))
@@ -241,11 +236,7 @@ def spread(
         return []
     if not points:
         return [_knobs(space, grid[i]) for i in rng.sample(range(len(grid)), min(count, len(grid)))]
-    sizes = tuple(len(v) for v in space.values())
-    if math.prod(sizes) < 2**62:  # rows as one integer each: sorted many times quicker
-        measured = np.array(np.unravel_index(np.unique(_ravel(points, sizes)), sizes)).T
-    else:
-        measured = np.array(sorted(points))
+    measured = np.array(list(points))  # counted and measured against: any order will do
     # Maximin alone only ever picks the grid's boundary: on a landscape whose good values sit
     # inside the range the explorer then measures the same few values again and again.
     settled = settled or {}
