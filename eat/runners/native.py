@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -188,19 +189,24 @@ class NativeRunner(ABC):
         (comments, a knob whose `#if` is not taken) get one key. None where it does not
         preprocess, or is refused."""
         flags, refused = self.flags(source, target.build.cflags)
-        if self.passes is None or refused or _FILE_READS.search(source):
+        passes = self.passes
+        if passes is None or refused or _FILE_READS.search(source):
             return None
-        texts = []
         with sandbox.scratch("prog") as tmp_name:
             src = Path(tmp_name) / f"candidate{self.suffix}"
             src.write_text(source)
-            out = src.with_suffix(".i")
-            for extra in self.passes:
-                out.unlink(missing_ok=True)
-                done = self._compile(target, src, [*flags, *extra], target.evaluation, out)
-                if done.returncode != 0 or done.timed_out or not out.is_file():
+            outs = [src.with_suffix(f".{i}.i") for i in range(len(passes))]
+
+            def preprocess(i: int) -> bool:
+                done = self._compile(target, src, [*flags, *passes[i]], target.evaluation, outs[i])
+                return done.returncode == 0 and not done.timed_out and outs[i].is_file()
+
+            # Each pass is its own compiler process: side by side, a key takes the slower one's
+            # time, not the sum (nvcc's two: 0.27 s -> 0.16 s here).
+            with ThreadPoolExecutor(len(outs)) as pool:
+                if not all(pool.map(preprocess, range(len(outs)))):
                     return None
-                texts.append(program_text(out.read_text(errors="replace")))
+            texts = [program_text(out.read_text(errors="replace")) for out in outs]
         return self._build_key(target, "\0".join(texts), flags)
 
     def evaluate(
