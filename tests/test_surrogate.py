@@ -306,6 +306,34 @@ def test_a_climb_with_no_start_climbs_from_the_runs_best_and_a_forked_one_from_i
     assert differs(p.knobs, knobs(tile=64)) == 1
 
 
+def test_a_climb_with_no_start_climbs_from_the_baseline_while_everything_measured_is_slower():
+    """The run's first, far picks can all be slower than the baseline: a climb with no start
+    then moves one knob from the baseline's configuration (the knobs' first values, 1.0x), and
+    from the run's best once one beats it; a fork keeps to its start however slow."""
+    far = knobs("KJI", 256, 8, "-O3", 8, 32, 2, 16)
+    h = History("coordinate-1")
+    h.eval("coordinate-1", 0.8, **far)
+    agent = OfflineAgent(TARGET, seed=0)
+    p = agent.propose(h.state.teams["coordinate-1"], h.state)
+    assert p.parent is None and differs(p.knobs, knobs()) == 1
+
+    h.eval("coordinate-1", 1.3, **knobs(tile=64))
+    p = agent.propose(h.state.teams["coordinate-1"], h.state)
+    assert p.parent == "c0002" and differs(p.knobs, knobs(tile=64)) == 1
+
+    h.add(
+        TeamSpawned(
+            team="coordinate-2",
+            preset="coordinate",
+            strategy="coordinate",
+            directive="d",
+            start_from="c0001",
+        )
+    )
+    p = agent.propose(h.state.teams["coordinate-2"], h.state)
+    assert p.parent == "c0001" and differs(p.knobs, far) == 1
+
+
 def first_knob_bump(n: int) -> tuple[np.ndarray, np.ndarray]:
     """`n` measurements over three knobs, only the first of which changes the speedup."""
     rng = np.random.default_rng(0)

@@ -117,7 +117,8 @@ class OfflineAgent:
 
     def _center(self, team: Team, state: RunState) -> tuple[dict[str, Any], str | None]:
         """Where a local strategy searches from: the best of its own best and the candidate it
-        was started from or, for a team given no start, the run's best, else the baseline."""
+        was started from or, for a team given no start, the run's best or the baseline's
+        configuration (1.0x), whichever is faster."""
         # A team with no start climbs from whatever any team found best: on real spaces the
         # surrogate's and the explorer's finds are far better centres than the baseline's.
         # A forked team keeps to the region it was sent to.
@@ -126,6 +127,11 @@ class OfflineAgent:
         if not options:
             return defaults(self.target), None
         center = max(options, key=known_estimate)
+        if team.start_from is None and known_estimate(center) < 1.0:
+            # The run's first, far picks can all be slower than the baseline (on the bench's
+            # needle, 0.8x-0.85x): a climb from them starts below where one from the baseline
+            # does.
+            return defaults(self.target), None
         return {**defaults(self.target), **center.knobs}, center.cid
 
     def _fence(
