@@ -283,6 +283,15 @@ def test_a_climb_tries_a_settled_value_only_when_no_other_move_is_left():
     assert tried[-1] == "-O2" and tried.count("-O2") == 1
 
 
+def fork(h: History, team: str, start: str) -> None:
+    """Spawn `team`, a coordinate climb started from candidate `start`."""
+    h.add(
+        TeamSpawned(
+            team=team, preset="coordinate", strategy="coordinate", directive="d", start_from=start
+        )
+    )
+
+
 def test_a_climb_with_no_start_climbs_from_the_runs_best_and_a_forked_one_from_its_start():
     h = History("coordinate-1", "model-2")
     h.eval("coordinate-1", 2.0, **knobs(tile=64))
@@ -292,15 +301,7 @@ def test_a_climb_with_no_start_climbs_from_the_runs_best_and_a_forked_one_from_i
     assert p.parent == "c0002"  # the model's find, not its own worse best
     assert differs(p.knobs, h.state.candidates["c0002"].knobs) == 1
 
-    h.add(
-        TeamSpawned(
-            team="coordinate-3",
-            preset="coordinate",
-            strategy="coordinate",
-            directive="d",
-            start_from="c0001",
-        )
-    )
+    fork(h, "coordinate-3", "c0001")
     p = agent.propose(h.state.teams["coordinate-3"], h.state)
     assert p.parent == "c0001"  # a fork keeps to the region it was sent to
     assert differs(p.knobs, knobs(tile=64)) == 1
@@ -321,15 +322,7 @@ def test_a_climb_with_no_start_climbs_from_the_baseline_while_everything_measure
     p = agent.propose(h.state.teams["coordinate-1"], h.state)
     assert p.parent == "c0002" and differs(p.knobs, knobs(tile=64)) == 1
 
-    h.add(
-        TeamSpawned(
-            team="coordinate-2",
-            preset="coordinate",
-            strategy="coordinate",
-            directive="d",
-            start_from="c0001",
-        )
-    )
+    fork(h, "coordinate-2", "c0001")
     p = agent.propose(h.state.teams["coordinate-2"], h.state)
     assert p.parent == "c0001" and differs(p.knobs, far) == 1
 
