@@ -215,8 +215,13 @@ class Landscape:
             reverse=True,
         )
         total = math.prod(map(len, grid))
+        top = max(ok, key=ok.__getitem__)
+        # Runs whose bests both lie here tie on the best, and the rule compares how soon each
+        # got there: on a flat top that is mostly luck.
+        level = sum(v >= ok[top] / (1 + self.tol(top, c)) for c, v in ok.items())
         return (
-            f"{total} configurations ({total - len(ok)} fail); local optima under one-knob "
+            f"{total} configurations ({total - len(ok)} fail; {level} within noise of the "
+            f"top); local optima under one-knob "
             f"moves: {', '.join(f'{v:.2f}x' for v in optima[:8])}"
             + (f" and {len(optima) - 8} more" if len(optima) > 8 else "")
         )
