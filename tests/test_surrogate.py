@@ -9,7 +9,7 @@ from history import History
 
 from eat.agents import surrogate
 from eat.agents.offline import OfflineAgent
-from eat.events import TeamSpawned
+from eat.events import EliteRetimed, TeamSpawned
 from eat.knobspace import Fence, differs
 from eat.runners.base import source_hash
 from eat.target import load_target
@@ -413,3 +413,21 @@ def test_the_picks_between_two_rungs_share_one_width_search(monkeypatch):
     observed[0] = (first, value * 1.5)
     suggest(space, observed, rng, count=1)
     assert searched[-1] == surrogate._rung(len(observed)) and len(searched) == len(rungs) + 1
+
+
+def test_an_agent_keeps_the_rows_it_found_and_reads_each_picks_estimates_anew():
+    """An agent finds a candidate's index row once a run, and reads the estimates from the
+    state at each pick: as the run grows and its candidates are re-timed (one of them failing
+    now), its picks are a fresh agent's."""
+    h, rng = History("model-1"), random.Random(0)
+    agent = OfflineAgent(TARGET, seed=0)
+    for step in range(14):
+        loop, tile = rng.choice(["IJK", "IKJ", "KJI"]), rng.choice([0, 16, 32, 64])
+        h.eval("model-1", rng.uniform(1, 30), **knobs(loop, tile, mr=rng.choice([0, 4, 6])))
+        if step in (8, 11):  # a re-time moves c0003's estimate, then fails it
+            h.add(EliteRetimed(candidate="c0003", speedup=[80.0, None][step == 11]))
+        team = h.state.teams["model-1"]
+        assert agent.propose(team, h.state) == OfflineAgent(TARGET, seed=0).propose(team, h.state)
+        estimates = [e for _, e in agent._measured(h.state)][1:]
+        assert estimates == [c.estimate for c in h.state.candidates.values()]
+    assert estimates[2] is None

@@ -14,6 +14,7 @@ as measured, keep the surrogate out of the skill's region and its bonus sends it
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -99,7 +100,9 @@ class OfflineAgent:
         self._rendered: dict[tuple, tuple[str, str]] = {}
         self._space = {n: k.values for n, k in target.knobs.items()}
         self._point = surrogate.indexer(self._space)
-        self._rows: dict[str, tuple[int, ...] | None] = {}  # candidate -> its index row
+        # The index row of each of the KnobIndex's candidates so far, and the last of them.
+        self._rows: list[tuple[int, ...] | None] = []
+        self._last: str | None = None
 
     def repair(self, team, state, failed, log) -> None:
         return None  # a failed configuration is a measured fact about the knob space
@@ -181,18 +184,17 @@ class OfflineAgent:
 
     def _measured(self, state: RunState) -> list[tuple[tuple[int, ...] | None, float | None]]:
         """(index row, estimate) of the baseline's configuration (1.0x) and of every candidate
-        with knobs, in the run's order; a candidate's row is found once (on a long run, finding
-        every row at every pick was most of the pick's growth with the history)."""
-        rows = self._rows
-        out: list[tuple[tuple[int, ...] | None, float | None]] = [
-            (self._point(defaults(self.target)), 1.0)
-        ]
-        for cid, c in state.candidates.items():
-            if c.knobs:
-                if cid not in rows:
-                    rows[cid] = self._point(c.knobs)
-                out.append((rows[cid], c.estimate))
-        return out
+        with knobs, in the run's order: the state's KnobIndex, whose estimates follow re-times.
+        Rows are found for the candidates new since the last pick only (on a long run, a scan
+        of every candidate at every pick was much of the pick's growth with the history)."""
+        index, rows = state.knob_index, self._rows
+        known = len(rows)
+        if known > len(index.cids) or (known and index.cids[known - 1] != self._last):
+            rows.clear()  # not a later state of the run it has served: find them anew
+        rows += [self._point(state.candidates[cid].knobs) for cid in index.cids[len(rows) :]]
+        self._last = index.cids[-1] if index.cids else None
+        estimates = [None if math.isnan(e) else e for e in index.estimates]
+        return [(self._point(defaults(self.target)), 1.0), *zip(rows, estimates)]
 
     def _rng(self, team: Team, attempt: int) -> random.Random:
         return random.Random(f"{self.seed}:{team.id}:{team.seed}:{team.evals}:{attempt}")
