@@ -130,7 +130,7 @@ class OfflineAgent:
         if not options:
             return defaults(self.target), None
         center = max(options, key=known_estimate)
-        if team.start_from is None and known_estimate(center) < 1.0:
+        if not team.start_from and known_estimate(center) < 1.0:
             # The run's first, far picks can all be slower than the baseline (on the bench's
             # needle, 0.8x-0.85x): a climb from them starts below where one from the baseline
             # does.
