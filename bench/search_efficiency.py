@@ -215,7 +215,7 @@ class Landscape:
             reverse=True,
         )
         total = math.prod(map(len, grid))
-        top = max(ok, key=ok.__getitem__)
+        top = self.top()
         # Runs whose bests both lie here tie on the best, and the rule compares how soon each
         # got there: on a flat top that is mostly luck.
         level = sum(v >= ok[top] / (1 + self.tol(top, c)) for c, v in ok.items())
